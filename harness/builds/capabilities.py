@@ -1,0 +1,90 @@
+"""Reads what a llama-server build accepts from its own ``--help`` text (pure).
+
+The help is laid out by common/arg.cpp: an option's names and argument start at column
+0, its description starts in the column after them (or on the next line when the names
+are long), continuation lines are indented to that column. ``--cache-type-k/-v`` list
+their values as ``allowed values: a, b, …``; ``--spec-type`` names its values in its
+argument (``none,draft-simple,…``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from harness.facts.build import Capabilities
+
+#: Where descriptions start in llama.cpp's help layout; a gap reaching at least this
+#: column separates an option's names from its description.
+_DESCRIPTION_COLUMN = 38
+_GAP = re.compile(r"\s{2,}")
+_FLAG = re.compile(r"(?:^|[\s,])(--?[A-Za-z0-9][\w.-]*)")
+_ALLOWED = re.compile(r"allowed values:\s*([^\n(]+)")
+
+
+@dataclass(frozen=True)
+class OptionHelp:
+    names: tuple[str, ...]
+    argument: str
+    description: str
+
+
+def parse_options(help_text: str) -> dict[str, OptionHelp]:
+    """Every option in the help, indexed by each of its names."""
+    options: dict[str, OptionHelp] = {}
+    header: str | None = None
+    description: list[str] = []
+
+    def flush() -> None:
+        if header is None:
+            return
+        names_part, first_line = _split_header(header)
+        names = tuple(_FLAG.findall(names_part))
+        argument = names_part.split()[-1] if names_part.split() else ""
+        if argument.startswith("-") or argument.rstrip(",") in names:
+            argument = ""
+        option = OptionHelp(names=names, argument=argument,
+                            description=" ".join([first_line, *description]).strip())
+        for name in names:
+            options.setdefault(name, option)
+
+    for line in help_text.splitlines():
+        if line.startswith("-") and not line.startswith("-----"):
+            flush()
+            header, description = line, []
+        elif header is not None and line.startswith(" "):
+            description.append(line.strip())
+        else:
+            flush()
+            header, description = None, []
+    flush()
+    return options
+
+
+def _split_header(line: str) -> tuple[str, str]:
+    for gap in _GAP.finditer(line):
+        if gap.end() >= _DESCRIPTION_COLUMN:
+            return line[: gap.start()], line[gap.end():]
+    return line.rstrip(), ""
+
+
+def allowed_values(option: OptionHelp) -> tuple[str, ...]:
+    """The ``allowed values: …`` list of an option's description."""
+    match = _ALLOWED.search(option.description)
+    if not match:
+        return ()
+    return tuple(v.strip() for v in match.group(1).split(",") if v.strip())
+
+
+def parse_capabilities(help_text: str) -> Capabilities:
+    options = parse_options(help_text)
+    cache_k = options.get("--cache-type-k")
+    cache_v = options.get("--cache-type-v")
+    spec = options.get("--spec-type")
+    spec_types = tuple(v for v in spec.argument.split(",") if v) if spec else ()
+    return Capabilities(
+        cache_types_k=allowed_values(cache_k) if cache_k else (),
+        cache_types_v=allowed_values(cache_v) if cache_v else (),
+        spec_types=spec_types,
+        flags=tuple(sorted({name for name in options if name.startswith("--")})),
+    )

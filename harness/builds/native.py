@@ -1,0 +1,203 @@
+"""Native CMake builds of llama-server into the content-addressed build cache.
+
+``$HARNESS_CACHE/builds/<key>/`` holds ``bin/llama-server``, ``build.log``,
+``build.json`` and the CMake tree. A directory with a ``build.json`` is complete: asking
+for the same key again returns it without running CMake. Concurrent callers (xdist
+workers) serialise on one file lock per key, so a build runs once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from filelock import FileLock
+
+from harness.builds.capabilities import parse_capabilities
+from harness.builds.source import SourceTree
+from harness.errors import BuildError
+from harness.facts.build import BuildInfo
+from harness.files import write_json_atomic
+from harness.planning.build_plan import (
+    SERVER_TARGET,
+    BuildRequest,
+    build_argv,
+    build_key,
+    configure_argv,
+)
+from harness.probes.toolchain import Toolchain, find_toolchain
+from harness.strictjson import read_object
+
+LOG_TAIL_LINES = 40
+_PERCENT = re.compile(r"^\[\s*(\d+)%\]")
+_NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
+
+#: Receives (fraction done 0..1, latest line); the CLI draws a progress bar from it.
+ProgressCallback = Callable[[float | None, str], None]
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    info: BuildInfo
+    directory: Path
+    cache_hit: bool
+
+    @property
+    def binary(self) -> Path:
+        return Path(self.info.binary)
+
+
+def builds_dir(cache: Path) -> Path:
+    return cache / "builds"
+
+
+def cached_build(cache: Path, source: SourceTree, request: BuildRequest,
+                 compiler: str) -> BuildResult | None:
+    """The finished build for these inputs, if the cache has one."""
+    directory = builds_dir(cache) / build_key(source.digest, request, compiler)
+    return _load_finished(directory)
+
+
+def build_server(
+    cache: Path,
+    source: SourceTree,
+    request: BuildRequest,
+    *,
+    jobs: int | None = None,
+    progress: ProgressCallback | None = None,
+    toolchain: Toolchain | None = None,
+) -> BuildResult:
+    """Return the cached build for these inputs, building it first if needed."""
+    toolchain = toolchain or find_toolchain(request.backend)
+    key = build_key(source.digest, request, toolchain.compiler)
+    directory = builds_dir(cache) / key
+    hit = _load_finished(directory)
+    if hit:
+        return hit
+    directory.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(directory) + ".lock"):
+        # Another worker may have finished while this one waited on the lock.
+        hit = _load_finished(directory)
+        if hit:
+            return hit
+        started = time.monotonic()
+        binary = _compile(directory, source, request, toolchain,
+                          jobs=jobs or os.cpu_count() or 1, progress=progress)
+        info = BuildInfo(
+            key=key,
+            backend=request.backend,
+            binary=str(binary),
+            version=_server_output(binary, "--version"),
+            source_digest=source.digest,
+            source_origin=source.origin,
+            cmake_flags=request.cmake_flags(),
+            compiler=toolchain.compiler,
+            build_seconds=round(time.monotonic() - started, 1),
+            capabilities=parse_capabilities(_server_output(binary, "--help")),
+        )
+        write_json_atomic(directory / "build.json", info.to_json())
+        return BuildResult(info=info, directory=directory, cache_hit=False)
+
+
+def _load_finished(directory: Path) -> BuildResult | None:
+    record = directory / "build.json"
+    if not record.is_file():
+        return None
+    try:
+        info = BuildInfo.from_json(read_object(record, BuildError))
+    except (BuildError, ValueError, KeyError):
+        return None  # an unreadable record is treated as no build: it gets rebuilt
+    if not Path(info.binary).is_file():
+        return None
+    return BuildResult(info=info, directory=directory, cache_hit=True)
+
+
+def _compile(directory: Path, source: SourceTree, request: BuildRequest,
+             toolchain: Toolchain, *, jobs: int, progress: ProgressCallback | None) -> Path:
+    tree = directory / "cmake-build"
+    _drop_tree_of_other_generator(tree, toolchain.generator)
+    log_path = directory / "build.log"
+    steps = [
+        configure_argv(toolchain.cmake, str(source.path), str(tree), toolchain.generator,
+                       request),
+        build_argv(toolchain.cmake, str(tree), jobs),
+    ]
+    # Line-buffered so `tail -f build.log` follows a running build.
+    with log_path.open("w", encoding="utf-8", buffering=1) as log:
+        for argv in steps:
+            log.write("$ " + " ".join(argv) + "\n")
+            log.flush()
+            _run_logged(argv, log, log_path, progress)
+    built = tree / "bin" / SERVER_TARGET
+    if not built.is_file():
+        raise BuildError(f"the build finished but {built} is missing; see {log_path}")
+    binary = directory / "bin" / SERVER_TARGET
+    binary.parent.mkdir(exist_ok=True)
+    shutil.copy2(built, binary)
+    return binary
+
+
+def _run_logged(argv: list[str], log: TextIO, log_path: Path,
+                progress: ProgressCallback | None) -> None:
+    tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace")
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            log.write(line)
+            tail.append(line.rstrip("\n"))
+            if progress:
+                progress(_fraction(line), line.strip())
+        code = proc.wait()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    if code != 0:
+        lines = "\n".join(tail)
+        raise BuildError(
+            f"`{' '.join(argv[:2])} ...` failed with exit code {code}.\n"
+            f"--- last {LOG_TAIL_LINES} lines of the build log ---\n{lines}\n"
+            f"--- full log: {log_path} ---"
+        )
+
+
+def _fraction(line: str) -> float | None:
+    if match := _PERCENT.match(line):
+        return int(match.group(1)) / 100
+    if match := _NINJA_STEP.match(line):
+        return int(match.group(1)) / max(1, int(match.group(2)))
+    return None
+
+
+def _drop_tree_of_other_generator(tree: Path, generator: str) -> None:
+    # CMake refuses to reuse a tree configured with another generator (make vs ninja).
+    cache_file = tree / "CMakeCache.txt"
+    if cache_file.is_file() and f"CMAKE_GENERATOR:INTERNAL={generator}\n" not in (
+        cache_file.read_text(errors="replace")
+    ):
+        shutil.rmtree(tree)
+
+
+def _server_output(binary: Path, flag: str) -> str:
+    try:
+        proc = subprocess.run([str(binary), flag], capture_output=True, text=True, timeout=60,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BuildError(f"the built {binary} does not run `{flag}`: {exc}") from exc
+    # llama-server prints --version on stderr and --help on stdout.
+    text = (proc.stdout + proc.stderr).strip()
+    if proc.returncode != 0 or not text:
+        raise BuildError(
+            f"the built {binary} failed `{flag}` with exit code {proc.returncode}:\n{text[-2000:]}"
+        )
+    return text

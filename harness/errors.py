@@ -1,0 +1,59 @@
+"""The harness's error tree: every user-facing failure is one of these.
+
+Each message names the thing that is wrong and what to do about it, so a CI log
+read by someone who did not write the harness is enough to act on.
+"""
+
+from __future__ import annotations
+
+
+class HarnessError(Exception):
+    """Base of every error the harness raises on purpose."""
+
+
+class ConfigError(HarnessError):
+    """A setting, option or environment variable has a value the harness cannot use."""
+
+
+class ToolMissingError(HarnessError):
+    """A program the harness needs (compiler, CMake, pip) is not installed."""
+
+
+class SourceError(HarnessError):
+    """The llama.cpp source could not be fetched, verified or unpacked."""
+
+
+class SourceHashMismatchError(SourceError):
+    """The downloaded source archive does not hash to the pinned digest."""
+
+
+class BuildError(HarnessError):
+    """CMake configure or build failed, or the built binary does not run."""
+
+
+class FixtureError(HarnessError):
+    """A GGUF fixture or bundle could not be written, found or verified."""
+
+
+class UnknownFixtureError(FixtureError):
+    """A fixture name that no spec defines."""
+
+
+class ModelFileError(FixtureError):
+    """A GGUF file is corrupt, truncated or not a GGUF at all."""
+
+
+class ServerError(HarnessError):
+    """A llama-server process failed to start, died, or never became ready."""
+
+
+class ServerExitedError(ServerError):
+    """The server process exited before it became ready."""
+
+
+class ServerNotReadyError(ServerError):
+    """The server stayed alive but did not become ready within the timeout."""
+
+
+class ServerApiError(HarnessError):
+    """The server's HTTP API answered with an error or an unreadable body, or not at all."""

@@ -1,0 +1,78 @@
+"""What a llama-server build is: backend, version, source, flags and capabilities."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+class Backend(enum.StrEnum):
+    """The ggml backends the harness builds; values are the ``--backend`` option's words.
+
+    Each maps to one ggml CMake switch (ggml/CMakeLists.txt: GGML_CUDA, GGML_HIP,
+    GGML_VULKAN); ``cpu`` switches none on.
+    """
+
+    CPU = "cpu"
+    CUDA = "cuda"
+    ROCM = "rocm"
+    VULKAN = "vulkan"
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What the built server accepts, read from its own ``--help``."""
+
+    cache_types_k: tuple[str, ...] = ()
+    cache_types_v: tuple[str, ...] = ()
+    spec_types: tuple[str, ...] = ()
+    #: Every long option the server knows, e.g. ``--n-cpu-moe``.
+    flags: tuple[str, ...] = ()
+
+    def accepts_flag(self, flag: str) -> bool:
+        return flag in self.flags
+
+
+@dataclass(frozen=True)
+class BuildInfo:
+    """The record ``build.json`` holds beside every built binary."""
+
+    key: str
+    backend: Backend
+    binary: str
+    version: str
+    source_digest: str
+    source_origin: str
+    cmake_flags: tuple[str, ...]
+    compiler: str
+    build_seconds: float
+    capabilities: Capabilities
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["backend"] = self.backend.value
+        data["cmake_flags"] = list(self.cmake_flags)
+        data["capabilities"] = {k: list(v) for k, v in asdict(self.capabilities).items()}
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BuildInfo:
+        caps = data["capabilities"]
+        return cls(
+            key=str(data["key"]),
+            backend=Backend(data["backend"]),
+            binary=str(data["binary"]),
+            version=str(data["version"]),
+            source_digest=str(data["source_digest"]),
+            source_origin=str(data["source_origin"]),
+            cmake_flags=tuple(data["cmake_flags"]),
+            compiler=str(data["compiler"]),
+            build_seconds=float(data["build_seconds"]),
+            capabilities=Capabilities(
+                cache_types_k=tuple(caps["cache_types_k"]),
+                cache_types_v=tuple(caps["cache_types_v"]),
+                spec_types=tuple(caps["spec_types"]),
+                flags=tuple(caps["flags"]),
+            ),
+        )

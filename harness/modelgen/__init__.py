@@ -1,0 +1,101 @@
+"""Tiny deterministic GGUF fixtures and fused bundles, written from specs and verified.
+
+Specs live in ``fixtures/models/specs/*.json`` (one tiny model each) and
+``fixtures/models/bundles/*.json`` (fused bundles built from those models); the sha256 of
+every written file is recorded in ``fixtures/models/sha256.json``. ``ensure_fixtures``
+gives tests a verified fixture root in the cache; ``write_all`` regenerates everything.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import UnknownFixtureError
+from harness.modelgen.cache import ensure_tree, write_tree
+from harness.modelgen.catalog import (
+    BUNDLES_SUBDIR,
+    SPECS_SUBDIR,
+    fixture_spec_dir,
+    load_all,
+    spec_names,
+    specs_digest,
+)
+from harness.modelgen.hashes import RECORD_NAME, read_hashes, write_hashes
+from harness.modelgen.plan import bundle_rel, model_rel, plan_files
+from harness.paths import cache_root
+
+__all__ = [
+    "BUNDLE_NAMES",
+    "FIXTURE_NAMES",
+    "FixtureSet",
+    "ensure_fixtures",
+    "fixture_spec_dir",
+    "read_recorded_hashes",
+    "record_hashes",
+    "write_all",
+]
+
+#: All fixture names, in spec order (the spec files' names, sorted).
+FIXTURE_NAMES: tuple[str, ...] = spec_names(SPECS_SUBDIR)
+#: All bundle names, in spec order.
+BUNDLE_NAMES: tuple[str, ...] = spec_names(BUNDLES_SUBDIR)
+
+
+@dataclass(frozen=True)
+class FixtureSet:
+    """A verified fixture root: fixture name -> GGUF path, bundle name -> bundle dir."""
+
+    root: Path
+    models: Mapping[str, Path]
+    bundles: Mapping[str, Path]
+
+    def model(self, name: str) -> Path:
+        return _lookup("fixture", name, self.models)
+
+    def bundle(self, name: str) -> Path:
+        return _lookup("bundle", name, self.bundles)
+
+
+def _lookup(what: str, name: str, table: Mapping[str, Path]) -> Path:
+    try:
+        return table[name]
+    except KeyError:
+        raise UnknownFixtureError(
+            f"unknown {what} {name!r}; known {what}s: {', '.join(table)} "
+            f"(specs in {fixture_spec_dir()})"
+        ) from None
+
+
+def read_recorded_hashes() -> dict[str, str]:
+    """The committed record: path relative to a fixture root -> sha256."""
+    return read_hashes(fixture_spec_dir() / RECORD_NAME)
+
+
+def record_hashes(hashes: Mapping[str, str]) -> None:
+    """Replace the committed record with ``hashes`` (after an intended writer change)."""
+    write_hashes(fixture_spec_dir() / RECORD_NAME, hashes)
+
+
+def write_all(out_dir: Path) -> dict[str, str]:
+    """Write every fixture and bundle fresh into ``out_dir``; relative path -> sha256."""
+    fixtures, bundles = load_all()
+    return write_tree(out_dir, plan_files(fixtures, bundles))
+
+
+def ensure_fixtures(root: Path | None = None) -> FixtureSet:
+    """A fixture root whose every file matches ``sha256.json``, writing what is missing.
+
+    The default root is ``<cache>/fixtures/<digest of specs + writer version>``. Files
+    are written once under a file lock, so concurrent xdist workers share them.
+    """
+    fixtures, bundles = load_all()
+    base = root if root is not None else cache_root() / "fixtures" / specs_digest()
+    ensure_tree(base, plan_files(fixtures, bundles), read_recorded_hashes())
+    return FixtureSet(
+        root=base,
+        models=types.MappingProxyType({n: base / model_rel(n) for n in fixtures}),
+        bundles=types.MappingProxyType({n: base / bundle_rel(n) for n in bundles}),
+    )

@@ -1,0 +1,194 @@
+"""Runs llama-server as a child process of the harness.
+
+The server is started with ``--port 0`` so the kernel hands it a free port with no
+race between workers; the port is read back from its ``listening on`` log line. Its
+stdout and stderr go to one log file per server. Every process started here is tracked
+so that an exception, a failed test, Ctrl-C or interpreter exit stops it; on Linux the
+child also gets ``PR_SET_PDEATHSIG`` so it dies even if the harness is killed outright.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import itertools
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+from harness.errors import ServerError
+from harness.planning.launch import LaunchSpec
+from harness.runners.base import read_log_tail
+from harness.supervise.readiness import (
+    WaitCondition,
+    default_conditions,
+    wait_until_ready,
+)
+
+DEFAULT_READY_TIMEOUT_S = 120.0
+DEFAULT_STOP_GRACE_S = 10.0
+LOOPBACK = "127.0.0.1"
+#: server.cpp logs each bound address once the model is loaded (SRV_INF "listening on").
+_LISTENING = re.compile(rb"listening on https?://[^\s:]+:(\d+)")
+_PR_SET_PDEATHSIG = 1
+
+_live: weakref.WeakSet[SubprocessServer] = weakref.WeakSet()
+_counter = itertools.count(1)
+
+
+class SubprocessServer:
+    """One llama-server child process; a context manager that stops it on exit."""
+
+    def __init__(self, argv: list[str], log_path: Path, process: subprocess.Popen[bytes],
+                 stop_grace_s: float) -> None:
+        self._argv = argv
+        self._log_path = log_path
+        self._process = process
+        self._stop_grace_s = stop_grace_s
+        self._port: int | None = None
+        self._scanned = 0
+        self._lock = threading.Lock()
+
+    @property
+    def argv(self) -> list[str]:
+        return list(self._argv)
+
+    @property
+    def log_path(self) -> Path:
+        return self._log_path
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    @property
+    def port(self) -> int | None:
+        """The bound port, once the server has announced it in its log."""
+        if self._port is None:
+            self._port = self._scan_log_for_port()
+        return self._port
+
+    def _scan_log_for_port(self) -> int | None:
+        # Read only what was appended since the last look (with a small overlap for a
+        # line split across reads): readiness polls this every few milliseconds.
+        start = max(0, self._scanned - 256)
+        try:
+            with self._log_path.open("rb") as handle:
+                handle.seek(start)
+                chunk = handle.read()
+        except FileNotFoundError:
+            return None
+        self._scanned = start + len(chunk)
+        match = _LISTENING.search(chunk)
+        return int(match.group(1)) if match else None
+
+    @property
+    def base_url(self) -> str:
+        port = self.port
+        if port is None:
+            raise ServerError(f"the server (pid {self.pid}) has not announced its port yet")
+        return f"http://{LOOPBACK}:{port}"
+
+    def exit_code(self) -> int | None:
+        return self._process.poll()
+
+    def log_tail(self, lines: int = 40) -> list[str]:
+        return read_log_tail(self._log_path, lines)
+
+    def log_text(self) -> str:
+        return self._log_path.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self) -> int | None:
+        """SIGTERM, wait up to the grace period, then SIGKILL. Safe to call twice."""
+        with self._lock:
+            if self._process.poll() is None:
+                self._process.send_signal(signal.SIGTERM)
+                try:
+                    self._process.wait(self._stop_grace_s)
+                except subprocess.TimeoutExpired:
+                    self._process.kill()
+                    self._process.wait()
+            _live.discard(self)
+            return self._process.returncode
+
+    def __enter__(self) -> SubprocessServer:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+class SubprocessRunner:
+    """Starts servers from one binary, logging into ``log_dir``."""
+
+    def __init__(
+        self,
+        binary: Path,
+        log_dir: Path,
+        *,
+        ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+        conditions: Sequence[WaitCondition] | None = None,
+        env: Mapping[str, str] | None = None,
+        stop_grace_s: float = DEFAULT_STOP_GRACE_S,
+    ) -> None:
+        if not binary.is_file() or not os.access(binary, os.X_OK):
+            raise ServerError(
+                f"llama-server binary {binary} does not exist or is not executable; build it "
+                "with `harness build --backend cpu` or point HARNESS_SERVER_BIN at one"
+            )
+        self.binary = binary
+        self.log_dir = log_dir
+        self.ready_timeout_s = ready_timeout_s
+        self.conditions = tuple(conditions) if conditions is not None else default_conditions()
+        self.env = dict(env) if env is not None else None
+        self.stop_grace_s = stop_grace_s
+
+    def launch(self, spec: LaunchSpec) -> SubprocessServer:
+        """Start the process and return at once, without waiting for readiness."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        argv = spec.to_argv(str(self.binary), LOOPBACK, 0)
+        log_path = self.log_dir / f"llama-server-{os.getpid()}-{next(_counter)}.log"
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env=self.env,
+                # Only prctl runs between fork and exec; no locks are taken there.
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
+            )
+        server = SubprocessServer(argv, log_path, process, self.stop_grace_s)
+        _live.add(server)
+        return server
+
+    def start(self, spec: LaunchSpec) -> SubprocessServer:
+        """Start a server and wait until it serves; on any failure it is stopped first."""
+        server = self.launch(spec)
+        try:
+            wait_until_ready(server, self.conditions, self.ready_timeout_s)
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
+
+def stop_all() -> None:
+    """Stop every server this process started and has not stopped yet."""
+    for server in list(_live):
+        server.stop()
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec: ask the kernel to SIGKILL the server if
+    # the harness process dies without getting the chance to stop it.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+atexit.register(stop_all)

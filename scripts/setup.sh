@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Prepares a checkout to run: Debian packages a fresh machine may lack, then the
+# virtual environment with the pinned Python dependencies. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+command -v c++ >/dev/null || missing+=(g++)
+command -v make >/dev/null || command -v ninja >/dev/null || missing+=(make)
+python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
+if ((${#missing[@]})); then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing ${missing[*]}" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "setup: missing ${missing[*]}; install them with: apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+# Reinstall only when the dependency pins change.
+stamp=.venv/.harness-deps
+want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
+  echo "$want" > "$stamp"
+fi

@@ -1,0 +1,106 @@
+"""The readiness wait's control flow, with a scripted stand-in for a server process.
+
+The real server is exercised in test_runner.py; here a fake only drives the
+harness's own loop (order of conditions, crash detection, the timeout message).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from harness.errors import ServerExitedError, ServerNotReadyError
+from harness.runners.base import RunningServer
+from harness.supervise.readiness import ProcessAlive, wait_until_ready
+
+
+@dataclass
+class ScriptedServer:
+    exit_after_polls: int | None = None
+    polls: int = 0
+    lines: list[str] = field(default_factory=lambda: [f"line {i}" for i in range(100)])
+
+    @property
+    def argv(self) -> list[str]:
+        return ["llama-server", "-m", "model.gguf"]
+
+    @property
+    def log_path(self) -> Path:
+        return Path("/logs/server.log")
+
+    @property
+    def base_url(self) -> str:
+        return "http://127.0.0.1:1"
+
+    def exit_code(self) -> int | None:
+        self.polls += 1
+        if self.exit_after_polls is not None and self.polls > self.exit_after_polls:
+            return 1
+        return None
+
+    def log_tail(self, lines: int = 40) -> list[str]:
+        return self.lines[-lines:]
+
+    def stop(self) -> int | None:
+        return None
+
+
+@dataclass
+class CountingCondition:
+    ready_after: int
+    calls: int = 0
+
+    def pending(self, server: RunningServer) -> str | None:
+        self.calls += 1
+        return None if self.calls > self.ready_after else "the thing"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_conditions_are_met_in_order() -> None:
+    first, second = CountingCondition(ready_after=2), CountingCondition(ready_after=1)
+    clock = FakeClock()
+    wait_until_ready(ScriptedServer(), [first, second], timeout_s=10, clock=clock,
+                     sleep=clock.sleep)
+    assert first.calls == 3  # not asked again once met
+    assert second.calls == 2
+
+
+def test_a_crash_is_reported_at_once_with_argv_and_log_tail() -> None:
+    clock = FakeClock()
+    with pytest.raises(ServerExitedError) as info:
+        wait_until_ready(ScriptedServer(exit_after_polls=3), [CountingCondition(10**6)],
+                         timeout_s=1000, clock=clock, sleep=clock.sleep)
+    text = str(info.value)
+    assert "exited with exit code 1 before it was ready" in text
+    assert "argv: llama-server -m model.gguf" in text
+    assert "line 99" in text
+    assert "line 60" in text
+    assert "line 59" not in text
+    assert clock.now < 1  # long before the deadline
+
+
+def test_timeout_says_what_was_awaited() -> None:
+    clock = FakeClock()
+    with pytest.raises(ServerNotReadyError) as info:
+        wait_until_ready(ScriptedServer(), [CountingCondition(10**6)], timeout_s=5,
+                         clock=clock, sleep=clock.sleep)
+    text = str(info.value)
+    assert "not ready after 5s: still waiting for the thing" in text
+    assert "exit code: still running" in text
+    assert "HARNESS_READY_TIMEOUT" in text
+
+
+def test_process_alive_passes_for_a_live_process() -> None:
+    assert ProcessAlive().pending(ScriptedServer()) is None

