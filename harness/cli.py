@@ -114,7 +114,8 @@ def _build_with_progress(request: BuildRequest, source: Path | None) -> BuildRes
         result = ensure_build(cache, request, source, progress=report)
     took = time.monotonic() - started
     state = "cache hit" if result.cache_hit else f"built in {result.info.build_seconds:.0f}s"
-    console.print(f"[bold]llama-server[/] {result.info.binary} ({state}, {took:.2f}s)")
+    console.print(f"[bold]llama-server[/] {result.info.binary} ({state}, {took:.2f}s)",
+                  soft_wrap=True)
     return result
 
 
@@ -123,5 +124,6 @@ def main() -> None:
         cli(standalone_mode=True)
     except HarnessError as exc:
         # markup off: build logs and paths contain square brackets rich would eat.
-        console.print(f"error: {exc}", style="bold red", highlight=False, markup=False)
+        console.print(f"error: {exc}", style="bold red", highlight=False, markup=False,
+                      soft_wrap=True)
         sys.exit(2)
