@@ -106,10 +106,17 @@ def _build_with_progress(request: BuildRequest, source: Path | None) -> BuildRes
                   TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
         task = progress.add_task(f"llama-server ({request.backend.value})", total=1.0)
+        next_decile = 0.1
 
         def report(fraction: float | None, line: str) -> None:
-            if fraction is not None:
-                progress.update(task, completed=fraction)
+            nonlocal next_decile
+            if fraction is None:
+                return
+            progress.update(task, completed=fraction)
+            # A CI log has no live bar: leave a line there every tenth of the way.
+            if not console.is_terminal and fraction >= next_decile:
+                console.print(f"build {request.backend.value}: {fraction:.0%}", soft_wrap=True)
+                next_decile = int(fraction * 10) / 10 + 0.1
 
         result = ensure_build(cache, request, source, progress=report)
     took = time.monotonic() - started

@@ -7,8 +7,19 @@ names a separate drafter.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
+
+MANIFEST_NAME = "manifest.json"
+
+
+def text_model_relpath(entry_id: str) -> str:
+    return f"text/{entry_id}.gguf"
+
+
+def drafter_relpath(entry_id: str) -> str:
+    return f"text/{entry_id}-drafter.gguf"
 
 
 @dataclass(frozen=True)
@@ -24,6 +35,12 @@ class CatalogEntry:
     spec_type: str | None
     tags: tuple[str, ...]
 
+    def to_json(self) -> dict[str, Any]:
+        """The manifest object, keys in field order (the written bytes are hashed)."""
+        data = asdict(self)
+        data["tags"] = list(self.tags)
+        return data
+
 
 @dataclass(frozen=True)
 class Bundle:
@@ -32,7 +49,7 @@ class Bundle:
 
     @property
     def text_model(self) -> Path:
-        return self.root / "text" / f"{self.entry.id}.gguf"
+        return self.root / text_model_relpath(self.entry.id)
 
     @property
     def drafter_path(self) -> Path | None:

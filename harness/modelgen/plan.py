@@ -12,8 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.facts.catalog import MANIFEST_NAME
 from harness.modelgen.bundle_specs import BundleSpec
-from harness.modelgen.bundles import MANIFEST, bundle_members, manifest_bytes
+from harness.modelgen.bundles import bundle_members, manifest_bytes
 from harness.modelgen.specs import FixtureSpec
 from harness.modelgen.writer import write_model, write_truncated
 
@@ -64,5 +65,5 @@ def plan_files(
             PlannedFile(f"{base}/{inner}", _copy_writer(model_rel(fixture)))
             for inner, fixture in bundle_members(bundle)
         ]
-        files.append(PlannedFile(f"{base}/{MANIFEST}", _manifest_writer(bundle)))
+        files.append(PlannedFile(f"{base}/{MANIFEST_NAME}", _manifest_writer(bundle)))
     return files

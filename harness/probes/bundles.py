@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from harness.errors import FixtureError
-from harness.facts.catalog import Bundle, CatalogEntry
+from harness.facts.catalog import MANIFEST_NAME, Bundle, CatalogEntry
 from harness.strictjson import check_keys, read_object
 
-_KEYS = {"id", "runtime_class", "context_length", "cache_type_k", "cache_type_v", "drafter",
-         "spec_type", "tags"}
+_KEYS = tuple(field.name for field in dataclasses.fields(CatalogEntry))
 
 
 def load_bundle(root: Path) -> Bundle:
-    manifest = root / "manifest.json"
+    manifest = root / MANIFEST_NAME
     data = read_object(manifest)
     check_keys(manifest, data, _KEYS, ())
     try:
