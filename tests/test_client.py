@@ -37,7 +37,7 @@ def test_health(client: ServerClient) -> None:
 
 def test_props_reports_the_launch(client: ServerClient, server: SubprocessServer) -> None:
     props = client.props()
-    assert props.model_path == server.argv[server.argv.index("-m") + 1]
+    assert props.model_path == server.argv[server.argv.index("--model") + 1]
     assert props.total_slots == 2
     assert props.n_ctx == 256  # 512 cells shared by 2 slots
 
