@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.builds.capabilities import parse_options
+from harness.facts.gpu import SETTINGS_BY_NAME
 from harness.planning.launch import LaunchSpec, emitted_flags
 
 FULL = LaunchSpec(
     model=Path("/m/model.gguf"), ctx_size=4096, parallel=2, batch_size=2048, ubatch_size=512,
-    cache_type_k="q8_0", cache_type_v="q4_0", flash_attn="on", gpu_layers=99, fit="off",
+    cache_type_k="q8_0", cache_type_v="q4_0", flash_attn="on", n_gpu_layers=99, fit="off",
     ctx_checkpoints=8, spec_type="draft-simple", drafter=Path("/m/drafter.gguf"),
     spec_draft_n_min=2, spec_draft_n_max=8, n_cpu_moe=3, cpu_moe=True, n_cpu_ffn=1,
-    no_kv_offload=True, threads=2, metrics=True,
+    kv_offload=False, threads=2, metrics=True,
 )
 
 
@@ -29,6 +32,18 @@ def test_every_field_reaches_the_argv() -> None:
     assert pairs["--ctx-size"] == "4096"
     for switch in ("--cpu-moe", "--no-kv-offload", "--metrics"):
         assert switch in argv
+
+
+def test_every_tuned_setting_is_a_launch_field() -> None:
+    launch_fields = {f.name for f in dataclasses.fields(LaunchSpec)}
+    assert set(SETTINGS_BY_NAME) <= launch_fields
+
+
+def test_settings_round_trip_through_the_spec() -> None:
+    tuned: dict[str, Any] = FULL.settings().as_dict()
+    expected = dataclasses.replace(LaunchSpec(model=FULL.model), **tuned)
+    assert LaunchSpec.from_settings(FULL.model, FULL.settings()) == expected
+    assert tuned["flash_attn"] == "on"
 
 
 def test_unset_fields_leave_the_server_defaults() -> None:
@@ -50,8 +65,9 @@ specs = st.builds(
     cache_type_k=st.none() | st.sampled_from(["f16", "q8_0", "q4_0", "qjl1_256"]),
     cache_type_v=st.none() | st.sampled_from(["f16", "q8_0", "q4_0", "q4_polar"]),
     flash_attn=st.none() | st.sampled_from(["on", "off", "auto"]),
-    gpu_layers=optional_ints, n_cpu_moe=optional_ints, n_cpu_ffn=optional_ints,
-    cpu_moe=st.booleans(), no_kv_offload=st.booleans(),
+    n_gpu_layers=optional_ints, n_cpu_moe=optional_ints, n_cpu_ffn=optional_ints,
+    cpu_moe=st.booleans(), kv_offload=st.none() | st.booleans(),
+    spec_draft_p_min=st.none() | st.floats(min_value=0, max_value=1),
     spec_type=st.none() | st.sampled_from(["draft-simple", "draft-mtp"]),
     drafter=st.none() | st.just(Path("/m/d.gguf")),
 )

@@ -65,6 +65,19 @@ class ModelFacts:
     layer_bytes: tuple[LayerBytes, ...] = ()
     #: Bytes outside the blocks: token embeddings, output head, final norm.
     non_layer_bytes: int = 0
+    #: Per-head K/V widths of the sliding-window layers when they differ from the full
+    #: layers' (``attention.key_length_swa``/``value_length_swa``, Gemma 4); None: same.
+    key_length_swa: int | None = None
+    value_length_swa: int | None = None
+    #: True for each layer that keeps a recurrent (SSM / linear-attention) state instead
+    #: of a K/V cache, as llama.cpp marks it (``is_recr``); empty: no such layer.
+    recurrent_layers: tuple[bool, ...] = ()
+    #: A looped transformer replays its ``block_count`` blocks this many times, and
+    #: llama.cpp gives every replayed layer its own K/V cache (``num_loops``).
+    loop_count: int = 1
+    #: Why the KV planner cannot size this model's memory exactly (an MLA, sparse-index or
+    #: non-Mamba recurrent cache, ...); None when it can.
+    kv_unmodelled: str | None = None
 
     @property
     def is_moe(self) -> bool:

@@ -1,16 +1,20 @@
 """A llama-server launch: the model, drafter and flags, and their argv (pure).
 
-One table maps each field to llama-server's long flag name (common/arg.cpp of the
-pinned source), so ``to_argv`` and ``from_argv`` are inverses and a test can check
-every flag the planner may emit against the built server's own ``--help``.
+The tuned settings map to flags through ``SETTING_FIELDS`` (harness/facts/gpu.py), the
+one table the GPU configs are validated against; the launch-only fields (model,
+drafter, offload switches, verbosity) have their own table here. Both name
+llama-server's long options (common/arg.cpp of the pinned source), so ``to_argv`` and
+``from_argv`` are inverses and a test checks every flag against the build's ``--help``.
 """
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from harness.facts.gpu import SETTING_FIELDS, FieldKind, ServerSettings
 
 #: ``-lv 4`` is INFO: below it llama-server hides ``using device``, the buffer sizes and
 #: the KV-cache line the verdicts read (DESIGN.md, "Log verbosity").
@@ -22,6 +26,8 @@ class LaunchSpec:
     """What to start. Unset (None/False) fields are left to the server's own defaults."""
 
     model: Path
+    # The tuned settings: the same names, meaning and flags as ServerSettings.
+    n_gpu_layers: int | None = None
     ctx_size: int | None = None
     parallel: int | None = None
     batch_size: int | None = None
@@ -29,26 +35,45 @@ class LaunchSpec:
     cache_type_k: str | None = None
     cache_type_v: str | None = None
     flash_attn: str | None = None
-    gpu_layers: int | None = None
-    fit: str | None = None
+    split_mode: str | None = None
+    main_gpu: int | None = None
+    kv_offload: bool | None = None
+    load_mode: str | None = None
     ctx_checkpoints: int | None = None
-    spec_type: str | None = None
-    drafter: Path | None = None
+    checkpoint_min_step: int | None = None
     spec_draft_n_min: int | None = None
     spec_draft_n_max: int | None = None
+    spec_draft_p_min: float | None = None
+    # Launch-only fields.
+    fit: str | None = None
+    spec_type: str | None = None
+    drafter: Path | None = None
     n_cpu_moe: int | None = None
     cpu_moe: bool = False
     n_cpu_ffn: int | None = None
-    no_kv_offload: bool = False
     threads: int | None = None
     log_verbosity: int = INFO_VERBOSITY
     metrics: bool = False
     extra_args: tuple[str, ...] = ()
 
+    @classmethod
+    def from_settings(cls, model: Path, settings: ServerSettings, **launch: Any) -> LaunchSpec:
+        """A spec carrying ``settings`` (enum values as their words) plus launch fields."""
+        tuned: dict[str, Any] = {name: getattr(value, "value", value)
+                                 for name, value in settings.items()}
+        return cls(model=model, **tuned, **launch)
+
+    def settings(self) -> ServerSettings:
+        return ServerSettings.from_values(
+            {f.name: getattr(self, f.name) for f in SETTING_FIELDS
+             if getattr(self, f.name) is not None})
+
     def to_argv(self, binary: str, host: str, port: int) -> list[str]:
         """The exact command line; ``port`` 0 lets the server pick a free port itself."""
-        argv = [binary, "--host", host, "--port", str(port)]
-        for name, flag in VALUE_FLAGS:
+        argv = [binary, "--host", host, "--port", str(port), "--model", str(self.model),
+                "--log-verbosity", str(self.log_verbosity)]
+        argv += _setting_args(self)
+        for name, flag, _ in VALUE_FLAGS:
             value = getattr(self, name)
             if value is not None:
                 argv += [flag, str(value)]
@@ -59,63 +84,69 @@ class LaunchSpec:
     @classmethod
     def from_argv(cls, argv: list[str]) -> LaunchSpec:
         """Parse ``to_argv``'s output back (binary, host and port are dropped)."""
-        by_flag = {flag: name for name, flag in VALUE_FLAGS}
-        switches = {flag: name for name, flag in SWITCH_FLAGS}
-        types = {field.name: field.type for field in dataclasses.fields(cls)}
         values: dict[str, Any] = {}
         extra: list[str] = []
         args = iter(argv[1:])
         for arg in args:
             if arg in ("--host", "--port"):
                 next(args)
-            elif arg in by_flag:
-                name = by_flag[arg]
-                values[name] = _convert(str(types[name]), next(args))
-            elif arg in switches:
-                values[switches[arg]] = True
+            elif arg in _BY_FLAG:
+                name, convert = _BY_FLAG[arg]
+                values[name] = convert(next(args))
+            elif arg in _SWITCH_BY_FLAG:
+                name, value = _SWITCH_BY_FLAG[arg]
+                values[name] = value
             else:
                 extra.append(arg)
         return cls(**values, extra_args=tuple(extra))
 
 
-#: Field → llama-server flag taking a value, in argv order (``--model`` first).
-VALUE_FLAGS: tuple[tuple[str, str], ...] = (
-    ("model", "--model"),
-    ("log_verbosity", "--log-verbosity"),
-    ("ctx_size", "--ctx-size"),
-    ("parallel", "--parallel"),
-    ("batch_size", "--batch-size"),
-    ("ubatch_size", "--ubatch-size"),
-    ("cache_type_k", "--cache-type-k"),
-    ("cache_type_v", "--cache-type-v"),
-    ("flash_attn", "--flash-attn"),
-    ("gpu_layers", "--n-gpu-layers"),
-    ("fit", "--fit"),
-    ("ctx_checkpoints", "--ctx-checkpoints"),
-    ("spec_type", "--spec-type"),
-    ("drafter", "--spec-draft-model"),
-    ("spec_draft_n_min", "--spec-draft-n-min"),
-    ("spec_draft_n_max", "--spec-draft-n-max"),
-    ("n_cpu_moe", "--n-cpu-moe"),
-    ("n_cpu_ffn", "--n-cpu-ffn"),
-    ("threads", "--threads"),
+#: Launch-only field → flag taking a value, and how to read the value back.
+VALUE_FLAGS: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
+    ("fit", "--fit", str),
+    ("spec_type", "--spec-type", str),
+    ("drafter", "--spec-draft-model", Path),
+    ("n_cpu_moe", "--n-cpu-moe", int),
+    ("n_cpu_ffn", "--n-cpu-ffn", int),
+    ("threads", "--threads", int),
 )
-#: Field → llama-server flag that is present or absent.
+#: Launch-only field → flag that is present or absent.
 SWITCH_FLAGS: tuple[tuple[str, str], ...] = (
     ("cpu_moe", "--cpu-moe"),
-    ("no_kv_offload", "--no-kv-offload"),
     ("metrics", "--metrics"),
 )
 
 
+def _setting_args(spec: LaunchSpec) -> Iterator[str]:
+    for field in SETTING_FIELDS:
+        value = getattr(spec, field.name)
+        if value is None:
+            continue
+        if field.kind is FieldKind.BOOL:
+            yield field.flag if value else str(field.negative_flag)
+        else:
+            yield field.flag
+            yield str(value)
+
+
+_CONVERTERS: dict[FieldKind, Callable[[str], Any]] = {FieldKind.INT: int,
+                                                      FieldKind.FLOAT: float}
+
+_BY_FLAG: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "--model": ("model", Path),
+    "--log-verbosity": ("log_verbosity", int),
+    **{f.flag: (f.name, _CONVERTERS.get(f.kind, str)) for f in SETTING_FIELDS
+       if f.kind is not FieldKind.BOOL},
+    **{flag: (name, convert) for name, flag, convert in VALUE_FLAGS},
+}
+_SWITCH_BY_FLAG: dict[str, tuple[str, bool]] = {
+    **{flag: (name, True) for name, flag in SWITCH_FLAGS},
+    **{f.flag: (f.name, True) for f in SETTING_FIELDS if f.kind is FieldKind.BOOL},
+    **{str(f.negative_flag): (f.name, False) for f in SETTING_FIELDS
+       if f.kind is FieldKind.BOOL},
+}
+
+
 def emitted_flags() -> tuple[str, ...]:
     """Every flag ``to_argv`` can produce, for checking against a build's ``--help``."""
-    return ("--host", "--port", *(f for _, f in VALUE_FLAGS), *(f for _, f in SWITCH_FLAGS))
-
-
-def _convert(annotation: str, text: str) -> Any:
-    if "Path" in annotation:
-        return Path(text)
-    if "int" in annotation:
-        return int(text)
-    return text
+    return ("--host", "--port", *_BY_FLAG, *_SWITCH_BY_FLAG)
