@@ -15,12 +15,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.errors import ConfigError
+from harness.facts.gpu import FlashAttn
 from harness.facts.model import ModelFacts, SsmFacts
 from harness.planning.kv import (
     GIB,
     SERVER_CACHE_TYPES,
     CacheRole,
-    FlashAttn,
     KvLayer,
     KvLayout,
     KvRequest,

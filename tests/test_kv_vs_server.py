@@ -16,7 +16,8 @@ import pytest
 
 from harness import modelgen
 from harness.errors import ServerExitedError
-from harness.planning.kv import FlashAttn, KvPlan, KvRequest, layout_from_facts, plan_kv
+from harness.facts.gpu import FlashAttn
+from harness.planning.kv import KvPlan, KvRequest, layout_from_facts, plan_kv
 from harness.planning.launch import LaunchSpec
 from harness.plugin import StartServer
 from harness.probes.gguf_facts import read_model_facts

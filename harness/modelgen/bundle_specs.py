@@ -13,6 +13,7 @@ from pathlib import Path
 
 from harness import strictjson as sj
 from harness.errors import FixtureError, UnknownFixtureError
+from harness.facts.gpu import STOCK_CACHE_TYPES
 from harness.modelgen.specs import FixtureSpec
 
 
@@ -23,9 +24,8 @@ class SpecType(enum.StrEnum):
     DRAFT_MTP = "draft-mtp"
 
 
-#: KV cache types llama-server accepts for ``-ctk``/``-ctv`` (``kv_cache_types`` in
-#: common/arg.cpp of the pinned source).
-CACHE_TYPES = frozenset({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"})
+#: A bundle runs on the stock server the fixtures test, so only its cache types.
+CACHE_TYPES = frozenset(STOCK_CACHE_TYPES)
 
 
 @dataclass(frozen=True)

@@ -42,13 +42,11 @@ from typing import Protocol
 import gguf
 
 from harness.errors import ConfigError
+from harness.facts.gpu import STOCK_CACHE_TYPES, FlashAttn
 from harness.facts.model import ModelFacts
 
-#: The ``-ctk``/``-ctv`` values a stock llama-server accepts (``kv_cache_types`` in the
-#: pinned source's common/arg.cpp), in its order.
-SERVER_CACHE_TYPES: tuple[str, ...] = (
-    "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1",
-)
+#: The ``-ctk``/``-ctv`` values a stock llama-server accepts, in its order.
+SERVER_CACHE_TYPES = STOCK_CACHE_TYPES
 #: llama_context pads n_ctx and n_ctx_seq, and llama_kv_cache_iswa the window cache, to this.
 CTX_PAD = 256
 #: llama-server's ``-np`` auto value (tools/server/server.cpp), which also unifies the cache.
@@ -62,15 +60,8 @@ MIB = 1024**2
 GIB = 1024**3
 
 
-class FlashAttn(enum.StrEnum):
-    """``-fa`` values (common/arg.cpp). ``auto`` builds the cache as if flash attention is
-    on (``cparams.flash_attn`` is true until the device probe), and a quantized V turns it on."""
-
-    ON = "on"
-    OFF = "off"
-    AUTO = "auto"
-
-
+# ``-fa auto`` builds the cache as if flash attention is on (``cparams.flash_attn`` is
+# true until the device probe), and a quantized V turns it on.
 class CacheRole(enum.StrEnum):
     """Which ``llama_kv_cache`` a plan row is; the iswa pair is logged non-SWA first."""
 
