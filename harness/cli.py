@@ -19,6 +19,7 @@ from harness.builds.resolve import ensure_build
 from harness.errors import HarnessError
 from harness.facts.build import Backend
 from harness.paths import REPO_ROOT, cache_root
+from harness.plan_cli import plan_command
 from harness.planning.build_plan import BuildRequest
 
 console = Console(stderr=True)
@@ -124,6 +125,9 @@ def _build_with_progress(request: BuildRequest, source: Path | None) -> BuildRes
     console.print(f"[bold]llama-server[/] {result.info.binary} ({state}, {took:.2f}s)",
                   soft_wrap=True)
     return result
+
+
+cli.add_command(plan_command)
 
 
 def main() -> None:

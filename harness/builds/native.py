@@ -112,12 +112,22 @@ def _load_finished(directory: Path) -> BuildResult | None:
     if not record.is_file():
         return None
     try:
-        info = BuildInfo.from_json(read_object(record, BuildError))
-    except (BuildError, ValueError, KeyError):
+        info = read_build_info(record)
+    except BuildError:
         return None  # an unreadable record is treated as no build: it gets rebuilt
     if not Path(info.binary).is_file():
         return None
     return BuildResult(info=info, directory=directory, cache_hit=True)
+
+
+def read_build_info(record: Path) -> BuildInfo:
+    """A ``build.json``; BuildError when it is unreadable or not a build record."""
+    data = read_object(record, BuildError)
+    try:
+        return BuildInfo.from_json(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BuildError(f"{record} is not a build record the harness wrote ({exc!r}); "
+                         "delete it and build again") from exc
 
 
 def _compile(directory: Path, source: SourceTree, request: BuildRequest,

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.builds.native import BuildResult, ProgressCallback, build_server
-from harness.builds.source import SourceTree, fetch_pinned_source, local_source
+from harness.builds.native import BuildResult, ProgressCallback, build_server, cached_build
+from harness.builds.source import SourceTree, fetch_pinned_source, load_manifest, local_source
 from harness.planning.build_plan import BuildRequest
+from harness.probes.toolchain import compiler_version
 
 
 def resolve_source(cache: Path, source: Path | None) -> SourceTree:
@@ -21,3 +22,11 @@ def ensure_build(cache: Path, request: BuildRequest, source: Path | None = None,
                  progress: ProgressCallback | None = None) -> BuildResult:
     """The build for ``request`` from ``source`` (the pin when None), built if missing."""
     return build_server(cache, resolve_source(cache, source), request, progress=progress)
+
+
+def pinned_cpu_build(cache: Path) -> BuildResult | None:
+    """The cached CPU build of the pinned source, if one exists (builds nothing)."""
+    manifest = load_manifest()
+    tree = SourceTree(path=cache / "source", digest=manifest.sha256,
+                      origin=f"pypi:{manifest.requirement}")
+    return cached_build(cache, tree, BuildRequest(), compiler_version())

@@ -1,0 +1,121 @@
+"""``harness plan``: show what would launch, every field's origin, and why.
+
+Gathers the facts (GGUF header, GPU named on the command line, configs, the cached
+build's capabilities, the ``HARNESS_*`` environment), calls the pure planner and prints
+the plan as a table or JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from harness.builds.native import read_build_info
+from harness.builds.resolve import pinned_cpu_build
+from harness.facts.build import BuildInfo, Capabilities
+from harness.facts.gpu import GpuInfo
+from harness.paths import cache_root
+from harness.planning.plan import LaunchPlan, PlanRequest, plan_launch
+from harness.probes.bundles import load_bundle
+from harness.probes.gguf_facts import read_model_facts
+from harness.probes.gpu_configs import load_fork_kv_types, load_gpu_configs
+
+_SETTING_OPTIONS = ("ctx_size", "parallel", "cache_type_k", "cache_type_v", "flash_attn")
+
+
+@click.command("plan")
+@click.option("--gpu", "gpu_name", help="GPU name as the driver reports it.")
+@click.option("--vram-mib", type=int, help="Total VRAM of that GPU in MiB.")
+@click.option("--bundle", type=click.Path(path_type=Path, file_okay=False, exists=True),
+              help="A fused bundle directory (manifest.json + text/).")
+@click.option("--model", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="A bare GGUF to plan for instead of a bundle.")
+@click.option("--ctx", "ctx_size", type=int, help="Override --ctx-size.")
+@click.option("--parallel", type=int, help="Override --parallel.")
+@click.option("--cache-type-k", help="Override --cache-type-k.")
+@click.option("--cache-type-v", help="Override --cache-type-v.")
+@click.option("--flash-attn", type=click.Choice(["on", "off", "auto"]),
+              help="Override --flash-attn.")
+@click.option("--build-json", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="build.json of the build to plan for (default: the cached CPU build).")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+def plan_command(*, gpu_name: str | None, vram_mib: int | None, bundle: Path | None,
+                 model: Path | None, build_json: Path | None, as_json: bool,
+                 **overrides: Any) -> None:
+    """Plan a launch and print it: fields with origins, reasons, KV cache, argv."""
+    if (bundle is None) == (model is None):
+        raise click.UsageError("give exactly one of --bundle PATH or --model PATH")
+    if (gpu_name is None) != (vram_mib is None):
+        raise click.UsageError("--gpu and --vram-mib go together")
+    build = read_build_info(build_json) if build_json else _cached_build()
+    request = _request(bundle, model, gpu_name=gpu_name, vram_mib=vram_mib, build=build,
+                       overrides=overrides)
+    plan = plan_launch(request)
+    binary = build.binary if build else "llama-server"
+    if as_json:
+        click.echo(json.dumps(plan.to_json(binary), indent=2))
+    else:
+        _print(plan, binary, build)
+
+
+def _cached_build() -> BuildInfo | None:
+    result = pinned_cpu_build(cache_root())
+    return result.info if result else None
+
+
+def _request(bundle_dir: Path | None, model: Path | None, *, gpu_name: str | None,
+             vram_mib: int | None, build: BuildInfo | None,
+             overrides: dict[str, Any]) -> PlanRequest:
+    bundle = load_bundle(bundle_dir) if bundle_dir else None
+    model_path = bundle.text_model if bundle else model
+    assert model_path is not None
+    drafter = bundle.drafter_path if bundle else None
+    return PlanRequest(
+        model_path=model_path,
+        model=read_model_facts(model_path),
+        bundle=bundle,
+        drafter_model=read_model_facts(drafter) if drafter else None,
+        gpu=GpuInfo(gpu_name, vram_mib) if gpu_name and vram_mib is not None else None,
+        configs=load_gpu_configs(),
+        capabilities=build.capabilities if build else Capabilities(),
+        build_key=build.key if build else "",
+        per_call={k: v for k, v in overrides.items() if k in _SETTING_OPTIONS and v is not None},
+        environ={k: v for k, v in os.environ.items() if k.startswith("HARNESS_")},
+        fork_kv_types=load_fork_kv_types(),
+    )
+
+
+def _print(plan: LaunchPlan, binary: str, build: BuildInfo | None) -> None:
+    console = Console(soft_wrap=True)
+    console.print(f"[bold]route[/] {plan.route.backend.value} ({plan.route.reason.value}): "
+                  f"{plan.route.detail}", highlight=False)
+    console.print(f"[bold]autotune[/] {plan.tune.headline}", highlight=False)
+    if build is None:
+        console.print("[yellow]no cached build: capabilities unknown, cache types unchecked "
+                      "(run `harness build` or pass --build-json)[/]")
+    table = Table(title="launch fields")
+    table.add_column("field")
+    table.add_column("value", overflow="fold")
+    table.add_column("origin")
+    for name, origin in plan.origins.items():
+        value = getattr(plan.spec, name)
+        table.add_row(name, str(getattr(value, "value", value)), origin)
+    console.print(table)
+    if plan.kv is not None:
+        kv = plan.kv
+        console.print(f"[bold]KV cache[/] {kv.cells} cells, K {kv.k_bytes} bytes, "
+                      f"V {kv.v_bytes} bytes", highlight=False)
+    console.print("[bold]reasons[/]")
+    for reason in plan.reasons:
+        console.print(f"  - {reason}", highlight=False, markup=False)
+    for warning in plan.warnings:
+        console.print(f"[bold yellow]warning[/] {warning.code}: {warning.message}",
+                      highlight=False)
+    console.print("[bold]argv[/]")
+    console.print(" ".join(plan.to_argv(binary, "127.0.0.1", 0)), highlight=False, markup=False)

@@ -1,0 +1,291 @@
+"""The launch planner: facts in, a launch plan with a reason for every decision out (pure).
+
+The caller gathers the facts (GGUF header, GPU, configs, build capabilities, the
+``HARNESS_*`` environment) and passes them in; this module only decides, in order:
+route → autotune (catalog defaults under card → bundle → call → env) → cache types the
+build accepts → drafter → KV cache → offload. Every field of the resulting
+``LaunchSpec`` records the layer that set it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from harness.errors import ConfigError
+from harness.facts.build import Capabilities
+from harness.facts.catalog import Bundle, CatalogEntry
+from harness.facts.gpu import ForkKvType, GpuConfig, GpuInfo, ServerSettings
+from harness.facts.model import ModelFacts
+from harness.planning.autotune import ENV_PREFIX, TuneResult, autotune
+from harness.planning.capability import PlanWarning, fit_cache_types
+from harness.planning.drafter import DrafterDecision, DrafterInputs, KvOutcome, decide_drafter
+from harness.planning.fitting import FitInputs, max_context_at
+from harness.planning.kv import (
+    AUTO_PARALLEL,
+    KvPlan,
+    KvRequest,
+    kv_bytes_per_token,
+    layout_from_facts,
+    plan_kv,
+)
+from harness.planning.launch import LaunchSpec
+from harness.planning.offload import OffloadKind, OffloadPlan, plan_offload
+from harness.planning.routing import OVERRIDE_VARIABLE, RouteDecision, decide_backend
+
+#: Origins of fields the planner sets itself, beside autotune's card/bucket/bundle/call/env.
+CATALOG = "catalog"
+CAPABILITY = "capability-fallback"
+DRAFTER = "drafter"
+OFFLOAD = "offload"
+#: Without a GPU the moved weights' RAM budget is not what limits a plan.
+_UNBOUNDED_RAM = 1 << 60
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """Every fact the planner needs, as plain values."""
+
+    model_path: Path
+    model: ModelFacts
+    bundle: Bundle | None = None
+    #: Facts of the drafter file the launch would use (the bundle's, or an explicit one).
+    drafter_model: ModelFacts | None = None
+    gpu: GpuInfo | None = None
+    configs: tuple[GpuConfig, ...] = ()
+    capabilities: Capabilities = field(default_factory=Capabilities)
+    build_key: str = ""
+    #: Per-call setting overrides (ServerSettings names: ctx_size, parallel, …).
+    per_call: Mapping[str, object] = field(default_factory=dict)
+    explicit_spec_type: str | None = None
+    explicit_drafter: Path | None = None
+    #: The ``HARNESS_*`` environment, read by the caller.
+    environ: Mapping[str, str] = field(default_factory=dict)
+    broken_drafters: frozenset[tuple[str, str]] = frozenset()
+    fork_kv_types: tuple[ForkKvType, ...] = ()
+    ram_budget_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    route: RouteDecision
+    spec: LaunchSpec
+    catalog: CatalogEntry | None
+    bundle_root: Path | None
+    tune: TuneResult
+    drafter: DrafterDecision
+    kv: KvPlan | None
+    offload: OffloadPlan | None
+    #: LaunchSpec field → the layer that set it.
+    origins: Mapping[str, str]
+    reasons: tuple[str, ...]
+    warnings: tuple[PlanWarning, ...]
+
+    def to_argv(self, binary: str, host: str, port: int) -> list[str]:
+        return self.spec.to_argv(binary, host, port)
+
+    def to_json(self, binary: str = "llama-server") -> dict[str, Any]:
+        """The plan as a user reads it: argv, each field's value and origin, KV, reasons."""
+        return {
+            "route": {"backend": self.route.backend.value, "fused": self.route.fused,
+                      "reason": self.route.reason.value, "detail": self.route.detail},
+            "tune": {"source": self.tune.source.value, "label": self.tune.label,
+                     "headline": self.tune.headline},
+            "fields": {name: {"value": _plain(getattr(self.spec, name)), "origin": origin}
+                       for name, origin in self.origins.items()},
+            "kv": _kv_json(self.kv),
+            "offload": None if self.offload is None else {
+                "kind": self.offload.kind.value, "n": self.offload.n,
+                "gpu_layers": self.offload.gpu_layers, "reason": self.offload.reason},
+            "reasons": list(self.reasons),
+            "warnings": [vars(w) for w in self.warnings],
+            "argv": self.to_argv(binary, "127.0.0.1", 0),
+        }
+
+
+def plan_launch(request: PlanRequest) -> LaunchPlan:
+    catalog = request.bundle.entry if request.bundle else None
+    route = decide_backend(catalog, request.environ.get(OVERRIDE_VARIABLE))
+    tune = autotune(request.gpu, request.configs, catalog.id if catalog else None,
+                    request.per_call,
+                    {k: v for k, v in request.environ.items() if k.startswith(ENV_PREFIX)})
+    settings, origins = _layer_over_catalog(catalog, tune)
+    warnings: list[PlanWarning] = []
+    reasons: list[str] = [route.detail, *tune.reasons]
+
+    choice = fit_cache_types(settings.cache_type_k or "f16", settings.cache_type_v or "f16",
+                             request.capabilities)
+    for warning in choice.warnings:
+        settings = settings.overlaid(ServerSettings.from_values(
+            {warning.field: warning.used}))
+        origins[warning.field] = CAPABILITY
+        reasons.append(warning.message)
+    warnings.extend(choice.warnings)
+
+    drafter = _decide_drafter(request, catalog, settings, tune.config)
+    reasons.extend(drafter.reasons)
+    if drafter.slots != (settings.parallel or AUTO_PARALLEL):
+        settings = settings.overlaid(ServerSettings(parallel=drafter.slots))
+        origins["parallel"] = DRAFTER
+
+    kv = _plan_kv(request, settings, warnings)
+    if kv is not None:
+        reasons.append(kv.reason)
+
+    launch: dict[str, Any] = {}
+    if drafter.spec_type:
+        launch["spec_type"] = drafter.spec_type
+        origins["spec_type"] = DRAFTER
+    if drafter.drafter_path:
+        launch["drafter"] = Path(drafter.drafter_path)
+        origins["drafter"] = DRAFTER
+    offload = _plan_offload(request, kv, drafter, tune.config, reasons)
+    if offload is not None:
+        if offload.gpu_layers is not None:
+            settings = settings.overlaid(ServerSettings(n_gpu_layers=offload.gpu_layers))
+            origins["n_gpu_layers"] = OFFLOAD
+        for name, value in _offload_switches(offload).items():
+            launch[name] = value
+            origins[name] = OFFLOAD
+    spec = LaunchSpec.from_settings(request.model_path, settings, **launch)
+    return LaunchPlan(
+        route=route, spec=spec, catalog=catalog,
+        bundle_root=request.bundle.root if request.bundle else None, tune=tune,
+        drafter=drafter, kv=kv, offload=offload,
+        origins=MappingProxyType(dict(sorted(origins.items()))),
+        reasons=tuple(r for r in reasons if r), warnings=tuple(warnings),
+    )
+
+
+def _layer_over_catalog(catalog: CatalogEntry | None,
+                        tune: TuneResult) -> tuple[ServerSettings, dict[str, str]]:
+    """Catalog defaults sit under every autotune layer: the card, bundle, call and env win."""
+    base = ServerSettings() if catalog is None else ServerSettings(
+        ctx_size=catalog.context_length, cache_type_k=catalog.cache_type_k,
+        cache_type_v=catalog.cache_type_v)
+    origins = {name: CATALOG for name, _ in base.items()}
+    origins.update({name: origin.value for name, origin in tune.origins.items()})
+    return base.overlaid(tune.settings), origins
+
+
+def _decide_drafter(request: PlanRequest, catalog: CatalogEntry | None,
+                    settings: ServerSettings, config: GpuConfig | None) -> DrafterDecision:
+    explicit = request.explicit_drafter
+    path = explicit or (request.bundle.drafter_path if request.bundle else None)
+    slots = settings.parallel or AUTO_PARALLEL
+    with_drafter = without = None
+    resident = 0
+    free: int | None = None
+    per_token = _kv_bytes_per_token(request.model)
+    if (request.gpu is not None and config is not None and settings.ctx_size
+            and per_token is not None):
+        # The drafter's weights take VRAM the target's KV could have had: fit the
+        # context both ways and let the drafter decision compare them.
+        drafter_bytes = request.drafter_model.file_size if request.drafter_model else 0
+        fits = [max_context_at(_fit_inputs(request, config, d, per_token), slots).ctx_size
+                for d in (drafter_bytes, 0)]
+        k, v = settings.cache_type_k or "f16", settings.cache_type_v or "f16"
+        with_drafter = KvOutcome(min(settings.ctx_size, fits[0]), k, v)
+        without = KvOutcome(min(settings.ctx_size, fits[1]), k, v)
+        free = (request.gpu.vram_mib - config.reserved_headroom_mib) << 20
+        resident = request.model.file_size + drafter_bytes + per_token * settings.ctx_size
+    return decide_drafter(DrafterInputs(
+        explicit_spec_type=request.explicit_spec_type,
+        catalog_spec_type=catalog.spec_type if catalog else None,
+        drafter_path=str(path) if path else None,
+        drafter_is_explicit=explicit is not None,
+        model_has_mtp=request.model.has_mtp_head,
+        drafter_has_mtp=bool(request.drafter_model and request.drafter_model.has_mtp_head),
+        build_key=request.build_key, broken=request.broken_drafters, slots=slots,
+        with_drafter=with_drafter, without_drafter=without,
+        resident_bytes_with_drafter=resident, free_vram_bytes=free,
+    ))
+
+
+def _kv_bytes_per_token(model: ModelFacts) -> int | None:
+    try:
+        return kv_bytes_per_token(layout_from_facts(model))
+    except ConfigError:
+        return None  # an unmodelled layout: _plan_kv records the warning
+
+
+def _fit_inputs(request: PlanRequest, config: GpuConfig, drafter_bytes: int,
+                per_token: int) -> FitInputs:
+    assert request.gpu is not None
+    return FitInputs(
+        vram_mib=request.gpu.vram_mib, reserved_headroom_mib=config.reserved_headroom_mib,
+        weights_bytes=request.model.file_size, drafter_bytes=drafter_bytes,
+        kv_bytes_per_token=per_token,
+        max_parallel=config.fit_caps.max_parallel, max_ctx_size=config.fit_caps.max_ctx_size,
+    )
+
+
+def _plan_kv(request: PlanRequest, settings: ServerSettings,
+             warnings: list[PlanWarning]) -> KvPlan | None:
+    try:
+        kv = plan_kv(layout_from_facts(request.model), KvRequest(
+            ctx_size=settings.ctx_size, parallel=settings.parallel,
+            batch_size=settings.batch_size, ubatch_size=settings.ubatch_size,
+            cache_type_k=settings.cache_type_k or "f16",
+            cache_type_v=settings.cache_type_v or "f16",
+            flash_attn=settings.flash_attn or KvRequest().flash_attn,
+        ), request.fork_kv_types)
+    except ConfigError as exc:
+        # An unmodelled architecture or a cache type with no known block layout: the
+        # plan still stands, without a KV figure, and the report says why.
+        warnings.append(PlanWarning("kv-unplanned", "kv", "", "", str(exc)))
+        return None
+    if kv.refusal:
+        warnings.append(PlanWarning("kv-refused", "cache_type_k", settings.cache_type_k or "",
+                                    "", f"the server will refuse this launch: {kv.refusal}"))
+    return kv
+
+
+def _plan_offload(request: PlanRequest, kv: KvPlan | None, drafter: DrafterDecision,
+                  config: GpuConfig | None, reasons: list[str]) -> OffloadPlan | None:
+    if request.gpu is None:
+        reasons.append("no GPU: weights and KV stay in system memory, no offload planning")
+        return None
+    headroom = config.reserved_headroom_mib if config else 0
+    drafter_bytes = (request.drafter_model.file_size
+                     if request.drafter_model and drafter.drafter_path else 0)
+    plan = plan_offload(
+        request.model, (request.gpu.vram_mib - headroom) << 20,
+        kv.total_bytes if kv and kv.valid else 0,
+        request.ram_budget_bytes if request.ram_budget_bytes is not None else _UNBOUNDED_RAM,
+        drafter_bytes,
+    )
+    reasons.append(plan.reason)
+    return plan
+
+
+def _offload_switches(plan: OffloadPlan) -> dict[str, Any]:
+    """The LaunchSpec fields for the plan's kind (``-ngl`` is a tuned setting, set apart)."""
+    if plan.kind is OffloadKind.N_CPU_MOE:
+        return {"n_cpu_moe": plan.n}
+    if plan.kind is OffloadKind.CPU_MOE:
+        return {"cpu_moe": True}
+    if plan.kind is OffloadKind.N_CPU_FFN:
+        return {"n_cpu_ffn": plan.n}
+    return {}
+
+
+def _kv_json(kv: KvPlan | None) -> dict[str, Any] | None:
+    if kv is None:
+        return None
+    return {
+        "valid": kv.valid, "refusal": kv.refusal, "n_ctx": kv.n_ctx, "n_ctx_seq": kv.n_ctx_seq,
+        "cells": kv.cells, "k_bytes": kv.k_bytes, "v_bytes": kv.v_bytes,
+        "caches": [{"role": c.role.value, "cells": c.cells, "layers": c.layers,
+                    "type_k": c.type_k, "type_v": c.type_v, "k_bytes": c.k_bytes,
+                    "v_bytes": c.v_bytes} for c in kv.caches],
+    }
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, Path):
+        return str(value)
+    return getattr(value, "value", value)
