@@ -17,10 +17,13 @@ import pytest
 
 from harness import modelgen
 from harness.builds.resolve import ensure_build
+from harness.builds.under_test import BuildUnderTest, from_result, resolve_named_build
 from harness.errors import HarnessError
+from harness.facts.build import Backend
 from harness.paths import cache_root
 from harness.planning.build_plan import BuildRequest
 from harness.planning.launch import LaunchSpec
+from harness.probes.devices import Device, list_devices
 from harness.runners.subprocess_runner import (
     DEFAULT_READY_TIMEOUT_S,
     SubprocessRunner,
@@ -29,10 +32,18 @@ from harness.runners.subprocess_runner import (
 )
 
 StartServer = Callable[[LaunchSpec], SubprocessServer]
+GPU_BACKENDS = (Backend.CUDA, Backend.ROCM, Backend.VULKAN)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("harness", "llama-server regression harness")
+    group.addoption("--harness-build", default=os.environ.get("HARNESS_BUILD"),
+                    help="the build to gate: a build key in the cache, a build.json or a "
+                         "llama-server binary [env HARNESS_BUILD].")
+    group.addoption("--harness-require-gpu", choices=[b.value for b in GPU_BACKENDS],
+                    default=os.environ.get("HARNESS_REQUIRE_GPU") or None,
+                    help="fail (instead of skipping) when the build under test has no device of "
+                         "this backend [env HARNESS_REQUIRE_GPU].")
     group.addoption("--harness-server-bin", default=os.environ.get("HARNESS_SERVER_BIN"),
                     help="llama-server binary to test [env HARNESS_SERVER_BIN]; default: build "
                          "the pinned source for the CPU (cached).")
@@ -47,6 +58,75 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "server: the test starts a real llama-server")
+    config.addinivalue_line(
+        "markers", "gpu(backend): the test needs a build and a device of this GPU backend "
+        "(cuda, rocm or vulkan); skipped without one unless --harness-require-gpu names it")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A run that demands a GPU backend fails here, before any test, when it has none."""
+    required = session.config.getoption("harness_require_gpu")
+    if required:
+        missing = _gpu_missing(session.config, Backend(required))
+        if missing:
+            pytest.exit(f"--harness-require-gpu={required}: {missing}",
+                        returncode=pytest.ExitCode.USAGE_ERROR)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for marker in item.iter_markers("gpu"):
+        backend = Backend(marker.args[0])
+        missing = _gpu_missing(item.config, backend)
+        if missing:
+            if item.config.getoption("harness_require_gpu") == backend.value:
+                pytest.fail(f"this run requires {backend.value}: {missing}", pytrace=False)
+            pytest.skip(f"needs a {backend.value} build and device: {missing} (run it on a "
+                        f"{backend.value} runner with --harness-build and "
+                        f"--harness-require-gpu={backend.value})")
+
+
+_BUILD_KEY = pytest.StashKey["BuildUnderTest"]()
+_DEVICES_KEY = pytest.StashKey["tuple[Device, ...]"]()
+
+
+def build_under_test(config: pytest.Config) -> BuildUnderTest:
+    """The build this run gates, resolved once per process (building it if needed)."""
+    if _BUILD_KEY not in config.stash:
+        config.stash[_BUILD_KEY] = _resolve_build(config)
+    return config.stash[_BUILD_KEY]
+
+
+def _resolve_build(config: pytest.Config) -> BuildUnderTest:
+    cache = cache_root()
+    named = config.getoption("harness_build")
+    explicit = config.getoption("harness_server_bin")
+    source = config.getoption("harness_source")
+    try:
+        if named:
+            return resolve_named_build(named, cache)
+        if explicit:
+            return resolve_named_build(explicit, cache)
+        return from_result(ensure_build(cache, BuildRequest(), Path(source) if source else None))
+    except HarnessError as exc:
+        raise pytest.UsageError(f"no build under test: {exc}") from exc
+
+
+def devices_of_build(config: pytest.Config) -> tuple[Device, ...]:
+    """The GPU devices the build under test sees (``--list-devices``), listed once."""
+    if _DEVICES_KEY not in config.stash:
+        config.stash[_DEVICES_KEY] = list_devices(build_under_test(config).binary)
+    return config.stash[_DEVICES_KEY]
+
+
+def _gpu_missing(config: pytest.Config, backend: Backend) -> str | None:
+    """None when the build under test is a ``backend`` build that sees a device of it."""
+    build = build_under_test(config)
+    if build.backend is not backend:
+        return f"the build under test ({build.binary}) is a {build.backend.value} build"
+    devices = [d for d in devices_of_build(config) if d.backend is backend]
+    if not devices:
+        return f"{build.binary} --list-devices shows no {backend.value} device"
+    return None
 
 
 def pytest_keyboard_interrupt() -> None:
@@ -63,17 +143,20 @@ def harness_cache() -> Path:
 
 
 @pytest.fixture(scope="session")
-def llama_server_binary(pytestconfig: pytest.Config, harness_cache: Path) -> Path:
-    """The binary under test: ``--harness-server-bin``, or the cached CPU build."""
-    explicit = pytestconfig.getoption("harness_server_bin")
-    if explicit:
-        return Path(explicit)
-    source = pytestconfig.getoption("harness_source")
-    try:
-        result = ensure_build(harness_cache, BuildRequest(), Path(source) if source else None)
-    except HarnessError as exc:
-        pytest.fail(f"could not build llama-server: {exc}", pytrace=False)
-    return result.binary
+def harness_build(pytestconfig: pytest.Config) -> BuildUnderTest:
+    """The build under test: ``--harness-build``, ``--harness-server-bin`` or the CPU build."""
+    return build_under_test(pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def llama_server_binary(harness_build: BuildUnderTest) -> Path:
+    return harness_build.binary
+
+
+@pytest.fixture(scope="session")
+def build_devices(pytestconfig: pytest.Config) -> tuple[Device, ...]:
+    """The GPU devices the build under test sees; empty on a CPU build."""
+    return devices_of_build(pytestconfig)
 
 
 @pytest.fixture(scope="session")

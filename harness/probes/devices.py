@@ -1,0 +1,59 @@
+"""The GPU devices a llama-server build sees, from its own ``--list-devices``.
+
+common/arg.cpp prints ``Available devices:`` then one ``  <name>: <description> (<total>
+MiB, <free> MiB free)`` line per non-CPU device, or ``  (none)``. The device name's
+prefix is the backend (``CUDA0``, ``ROCm0``, ``Vulkan0``, ``SYCL0``, ``MTL0``).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import BuildError
+from harness.facts.build import Backend
+from harness.facts.gpu import GpuInfo
+
+_DEVICE = re.compile(r"^\s+(?P<name>(?P<prefix>[A-Za-z]+)\d+): (?P<description>.*) "
+                     r"\((?P<total>\d+) MiB, (?P<free>\d+) MiB free\)\s*$")
+#: ggml backend name prefixes → our backend words.
+_PREFIX_BACKEND = {"CUDA": Backend.CUDA, "ROCm": Backend.ROCM, "Vulkan": Backend.VULKAN}
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    backend: Backend | None
+    description: str
+    total_mib: int
+    free_mib: int
+
+    def gpu_info(self) -> GpuInfo:
+        return GpuInfo(name=self.description, vram_mib=self.total_mib,
+                       backend=self.backend.value if self.backend else None)
+
+
+def parse_device_list(text: str) -> tuple[Device, ...]:
+    devices = []
+    for line in text.splitlines():
+        match = _DEVICE.match(line)
+        if match:
+            devices.append(Device(
+                name=match["name"], backend=_PREFIX_BACKEND.get(match["prefix"]),
+                description=match["description"], total_mib=int(match["total"]),
+                free_mib=int(match["free"])))
+    return tuple(devices)
+
+
+def list_devices(binary: Path) -> tuple[Device, ...]:
+    try:
+        proc = subprocess.run([str(binary), "--list-devices"], capture_output=True, text=True,
+                              timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BuildError(f"{binary} --list-devices did not run: {exc}") from exc
+    if proc.returncode != 0 or "Available devices:" not in proc.stdout:
+        raise BuildError(f"{binary} --list-devices failed (exit {proc.returncode}): "
+                         f"{(proc.stdout + proc.stderr)[-1000:]}")
+    return parse_device_list(proc.stdout)
