@@ -9,6 +9,7 @@ machine under file locks, so every xdist worker can ask for it safely.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,11 +20,17 @@ from harness import modelgen
 from harness.builds.resolve import ensure_build
 from harness.builds.under_test import BuildUnderTest, from_result, resolve_named_build
 from harness.errors import HarnessError
-from harness.facts.build import Backend
+from harness.facts.build import Backend, Capabilities
 from harness.paths import cache_root
 from harness.planning.build_plan import BuildRequest
 from harness.planning.launch import LaunchSpec
+from harness.planning.plan import LaunchPlan, PlanRequest, plan_launch
+from harness.planning.routing import InferenceBackend
+from harness.probes.bundles import load_bundle
 from harness.probes.devices import Device, list_devices
+from harness.probes.gguf_facts import read_model_facts
+from harness.probes.gpu_configs import load_fork_kv_types, load_gpu_configs
+from harness.runners.dispatch import Dispatcher, LlamaCppBackend
 from harness.runners.subprocess_runner import (
     DEFAULT_READY_TIMEOUT_S,
     SubprocessRunner,
@@ -182,6 +189,53 @@ def start_server(server_runner: SubprocessRunner) -> Iterator[StartServer]:
 
     def start(spec: LaunchSpec) -> SubprocessServer:
         server = server_runner.start(spec)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+PlanFor = Callable[..., LaunchPlan]
+LaunchPlanned = Callable[[LaunchPlan], SubprocessServer]
+
+
+@pytest.fixture(scope="session")
+def plan_for(fixture_set: modelgen.FixtureSet, harness_build: BuildUnderTest) -> PlanFor:
+    """``plan_for(bundle=NAME | model=NAME, **PlanRequest fields)``: a plan for the build."""
+    configs = load_gpu_configs()
+    forks = load_fork_kv_types()
+    capabilities = harness_build.info.capabilities if harness_build.info else Capabilities()
+
+    def plan(*, bundle: str | None = None, model: str | None = None,
+             **changes: object) -> LaunchPlan:
+        if bundle is not None:
+            loaded = load_bundle(fixture_set.bundle(bundle))
+            drafter = loaded.drafter_path
+            request = PlanRequest(
+                model_path=loaded.text_model, model=read_model_facts(loaded.text_model),
+                bundle=loaded, drafter_model=read_model_facts(drafter) if drafter else None)
+        else:
+            assert model is not None, "plan_for needs bundle= or model="
+            path = fixture_set.model(model)
+            request = PlanRequest(model_path=path, model=read_model_facts(path))
+        request = dataclasses.replace(request, configs=configs, fork_kv_types=forks,
+                                      capabilities=capabilities, build_key=harness_build.key)
+        return plan_launch(dataclasses.replace(request, **changes))  # type: ignore[arg-type]
+
+    return plan
+
+
+@pytest.fixture
+def launch(server_runner: SubprocessRunner) -> Iterator[LaunchPlanned]:
+    """Dispatch a plan to the llama-cpp backend; every server is stopped after the test."""
+    dispatcher = Dispatcher({InferenceBackend.LLAMA_CPP: LlamaCppBackend(server_runner)})
+    started: list[SubprocessServer] = []
+
+    def start(plan: LaunchPlan) -> SubprocessServer:
+        server = dispatcher.dispatch(plan)
+        assert isinstance(server, SubprocessServer)
         started.append(server)
         return server
 
