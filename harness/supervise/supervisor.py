@@ -1,0 +1,264 @@
+"""The launch supervisor: start a plan, and when the start fails, retry it the safe way.
+
+Ported behaviour (references 002 and 003, launch recovery):
+
+- a start broken by the drafter (``failed to load draft model``) or by an MTP head that
+  cannot run (``failed to create MTP context``) marks that drafter broken for this build
+  (``BrokenDrafters``, keyed by the build and the drafter file; a model drafting with its
+  own MTP head is keyed by the model file) and retries the same launch without
+  speculative decoding. A drafter already marked broken is left out before the first
+  start, and a planner given ``broken.snapshot()`` leaves it out of later plans;
+- a GPU out-of-memory start steps one rung down the offload ladder (``ladder.py``: the
+  plan's offload first, then ``next_rung`` after each OOM) and retries, until the ladder
+  says nothing safer is left;
+- anything else is not a failure a retry can fix: ``LaunchFailedError`` is raised.
+
+Every start is recorded as an ``Attempt``: what was launched, its log, how it failed and
+what the supervisor did about it. The attempts come back with the server, or on the
+error when no start served, so a report can always show the whole story.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, Protocol, TypeVar
+
+from harness.errors import ServerError, ServerExitedError, ServerNotReadyError
+from harness.facts.model import ModelFacts
+from harness.planning.drafter import DRAFT_MTP, BrokenDrafters
+from harness.planning.ladder import DEFAULT_MIN_CTX_SIZE, Rung, end_reason, next_rung
+from harness.planning.launch import LaunchSpec
+from harness.planning.offload import OffloadPlan
+from harness.planning.plan import LaunchPlan
+from harness.planning.retry import apply_rung, starting_rung, without_drafter
+from harness.runners.base import RunningServer
+from harness.supervise.readiness import WaitCondition, wait_until_ready
+from harness.verdicts.failure import FailureClass, StartFailure, classify_start_failure
+
+#: How much of an attempt's log is kept in its record (the tail; a tiny-model start log
+#: is tens of KiB, and at ``-lv 5`` a few hundred at most).
+LOG_KEEP_CHARS = 512 * 1024
+#: A bound on starts per launch. The ladder is finite and the drafter goes at most once,
+#: so this only guards against a runner that misbehaves.
+DEFAULT_MAX_ATTEMPTS = 32
+#: The actions that end a launch; a retry's action says what it changed.
+SERVED = "served"
+GAVE_UP = "gave up"
+
+
+class LaunchedServer(RunningServer, Protocol):
+    """A started server whose whole log can be read (``SubprocessServer`` is one)."""
+
+    def log_text(self) -> str: ...
+
+
+S = TypeVar("S", bound=LaunchedServer)
+S_co = TypeVar("S_co", bound=LaunchedServer, covariant=True)
+
+
+class LaunchingRunner(Protocol[S_co]):
+    """A runner that starts without waiting, and says how to wait (``SubprocessRunner``)."""
+
+    @property
+    def ready_timeout_s(self) -> float: ...
+
+    @property
+    def conditions(self) -> Sequence[WaitCondition]: ...
+
+    def launch(self, spec: LaunchSpec) -> S_co: ...
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One start: what was launched, how it ended and what the supervisor did next."""
+
+    number: int
+    spec: LaunchSpec
+    argv: tuple[str, ...]
+    log_path: Path
+    #: The log as the start left it (its last ``LOG_KEEP_CHARS`` characters).
+    log_text: str
+    #: None when this start served.
+    failure: StartFailure | None
+    #: ``served``, or the retry taken, or why the supervisor gave up.
+    action: str
+    #: The offload-ladder rung this start ran on.
+    rung: Rung
+
+
+@dataclass(frozen=True)
+class SupervisedLaunch(Generic[S]):
+    """A ready server (the caller stops it) and every start it took to get there."""
+
+    server: S
+    attempts: tuple[Attempt, ...]
+    #: What was changed before the first start (a drafter already known broken).
+    notes: tuple[str, ...] = ()
+
+
+class LaunchFailedError(ServerError):
+    """No start served: the last failure, every attempt, and why nothing more was tried."""
+
+    def __init__(self, failure: StartFailure, attempts: tuple[Attempt, ...],
+                 reason: str) -> None:
+        self.failure = failure
+        self.attempts = attempts
+        self.reason = reason
+        super().__init__(_failure_message(failure, attempts, reason))
+
+
+@dataclass(frozen=True)
+class _Retry:
+    spec: LaunchSpec
+    rung: Rung
+    action: str
+
+
+class LaunchSupervisor(Generic[S]):
+    """Starts launches of one model on one build, retrying as the module docstring says."""
+
+    def __init__(self, runner: LaunchingRunner[S], build_key: str, broken: BrokenDrafters,
+                 model_facts: ModelFacts, *, min_ctx_size: int = DEFAULT_MIN_CTX_SIZE,
+                 max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
+        self._runner = runner
+        self._build_key = build_key
+        self._broken = broken
+        self._model = model_facts
+        self._min_ctx_size = min_ctx_size
+        self._max_attempts = max_attempts
+
+    def launch(self, plan: LaunchPlan) -> SupervisedLaunch[S]:
+        """Start ``plan``; its offload plan is the top of the ladder an OOM walks down."""
+        return self.launch_spec(plan.spec, plan.offload)
+
+    def launch_spec(self, spec: LaunchSpec,
+                    offload: OffloadPlan | None = None) -> SupervisedLaunch[S]:
+        """Start ``spec`` (with ``offload`` as the ladder's top; None: the spec's own flags).
+
+        Returns the ready server and every attempt; raises ``LaunchFailedError`` (with the
+        attempts) when no start served.
+        """
+        notes: list[str] = []
+        spec = self._leave_out_known_broken(spec, notes)
+        rung = starting_rung(self._model, offload, spec)
+        attempts: list[Attempt] = []
+        while True:
+            server, failure = self._start(spec)
+            record = _AttemptRecord(len(attempts) + 1, spec, server, failure, rung)
+            if failure is None:
+                attempts.append(record.done(SERVED))
+                return SupervisedLaunch(server, tuple(attempts), tuple(notes))
+            step = self._recovery(spec, rung, failure, [a.rung for a in attempts] + [rung])
+            if isinstance(step, _Retry) and record.number >= self._max_attempts:
+                step = (f"{record.number} starts failed and the supervisor gives up after "
+                        f"{self._max_attempts}")
+            if isinstance(step, str):
+                attempts.append(record.done(f"{GAVE_UP}: {step}"))
+                raise LaunchFailedError(failure, tuple(attempts), step)
+            attempts.append(record.done(step.action))
+            spec, rung = step.spec, step.rung
+
+    def _start(self, spec: LaunchSpec) -> tuple[S, StartFailure | None]:
+        server = self._runner.launch(spec)
+        try:
+            wait_until_ready(server, self._runner.conditions, self._runner.ready_timeout_s)
+        except ServerExitedError:
+            code = server.exit_code()
+            server.stop()
+            return server, classify_start_failure(code, server.log_text(), timed_out=False)
+        except ServerNotReadyError:
+            code = server.exit_code()
+            server.stop()
+            return server, classify_start_failure(code, server.log_text(), timed_out=True)
+        except BaseException:
+            server.stop()
+            raise
+        return server, None
+
+    def _leave_out_known_broken(self, spec: LaunchSpec, notes: list[str]) -> LaunchSpec:
+        broken = self._broken.snapshot()
+        key = _drafter_key(spec)
+        if key is not None and (self._build_key, key) in broken:
+            notes.append(f"left out {_drafter_words(spec)} before the first start: it broke an "
+                         f"earlier start of build {self._build_key}")
+            return without_drafter(spec)
+        return spec
+
+    def _recovery(self, spec: LaunchSpec, rung: Rung, failure: StartFailure,
+                  tried: list[Rung]) -> _Retry | str:
+        """The retry for ``failure``, or why there is none."""
+        if failure.kind in (FailureClass.DRAFTER_LOAD, FailureClass.MTP_CONTEXT):
+            key = _drafter_key(spec)
+            if key is None:
+                return (f"the server reported {failure.kind.value}, but this launch has no "
+                        "drafter or spec type to leave out")
+            self._broken.mark(self._build_key, key)
+            return _Retry(without_drafter(spec), rung,
+                          f"marked {_drafter_words(spec)} broken for build {self._build_key} "
+                          "and retried without speculative decoding")
+        if failure.kind is FailureClass.OUT_OF_MEMORY:
+            following = next_rung(rung, self._min_ctx_size)
+            if following is None:
+                listed = "; ".join(f"{i}. {r.label}" for i, r in enumerate(_unique(tried), 1))
+                return (f"out of memory on every rung of the offload ladder (tried: {listed}); "
+                        f"{end_reason(rung, self._min_ctx_size)}")
+            return _Retry(apply_rung(spec, following), following,
+                          f"stepped down the offload ladder to {following.label} "
+                          f"({following.reason})")
+        return f"{failure.kind.value} is not a failure a retry can fix"
+
+
+@dataclass(frozen=True)
+class _AttemptRecord:
+    number: int
+    spec: LaunchSpec
+    server: LaunchedServer
+    failure: StartFailure | None
+    rung: Rung
+
+    def done(self, action: str) -> Attempt:
+        return Attempt(self.number, self.spec, tuple(self.server.argv), self.server.log_path,
+                       self.server.log_text()[-LOG_KEEP_CHARS:], self.failure, action,
+                       self.rung)
+
+
+def _drafter_key(spec: LaunchSpec) -> str | None:
+    """The file a broken speculative start is remembered by: the drafter, else the model
+    when it drafts with its own MTP head; None when the launch does not speculate."""
+    if spec.drafter is not None:
+        return str(spec.drafter)
+    if spec.spec_type == DRAFT_MTP:
+        return str(spec.model)
+    return None
+
+
+def _drafter_words(spec: LaunchSpec) -> str:
+    if spec.drafter is not None:
+        return f"the drafter {spec.drafter}"
+    return f"the MTP head of {spec.model}"
+
+
+def _unique(rungs: list[Rung]) -> list[Rung]:
+    seen: list[Rung] = []
+    for rung in rungs:
+        if rung not in seen:
+            seen.append(rung)
+    return seen
+
+
+def _failure_message(failure: StartFailure, attempts: tuple[Attempt, ...], reason: str) -> str:
+    lines = [f"llama-server did not start after {len(attempts)} attempt(s): {failure}",
+             f"why no further retry: {reason}"]
+    for attempt in attempts:
+        outcome = str(attempt.failure) if attempt.failure else SERVED
+        # The last attempt's action repeats the reason printed above.
+        then = GAVE_UP if attempt.action.startswith(GAVE_UP) else attempt.action
+        lines += [f"  attempt {attempt.number} ({attempt.rung.label}): {outcome}",
+                  f"    then: {then}",
+                  f"    argv: {' '.join(attempt.argv)}",
+                  f"    log: {attempt.log_path}"]
+    lines.append("hint: the server's own words are quoted above; each attempt's full log is "
+                 "at its path")
+    return "\n".join(lines)

@@ -1,0 +1,327 @@
+"""Offload ladders: MoE and dense offload plans reach the server, and an out-of-memory start
+retreats one rung per OOM (reference 003's planner and degrade ladders).
+
+The fixtures are tiny, so the planner is given facts at scale: every tensor size of the
+fixture multiplied by ``SCALE`` (a 2-block model of some hundred MiB per block), and a GPU
+whose VRAM holds the residue and only the last block's experts (MoE) or dense FFN
+(dense). What the server moved is read from its own log: at ``-lv 5`` llama-model.cpp
+names every tensor an override sent to the CPU (``tensor blk.0.ffn_gate_exps.weight
+(0 MiB f32) buffer type overridden to CPU``, measured on the pinned build).
+
+On a CPU build the OOM injector stands in for the GPU; the tests marked ``gpu`` produce
+a real out-of-memory start on a GPU runner instead (``--fit off``, every layer on the
+GPU, a KV cache larger than the device: DESIGN.md's measured recipe, sized to the device).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import gguf
+import psutil
+import pytest
+
+from harness import modelgen
+from harness.builds.under_test import BuildUnderTest
+from harness.client import ServerClient
+from harness.errors import ServerExitedError
+from harness.facts.build import Backend, Capabilities
+from harness.facts.gpu import GpuInfo
+from harness.facts.model import LayerBytes, ModelFacts
+from harness.planning.drafter import BrokenDrafters
+from harness.planning.kv import kv_bytes_per_token, layout_from_facts
+from harness.planning.ladder import Rung, Step, ladder_for, next_rung
+from harness.planning.launch import LaunchSpec
+from harness.planning.offload import (
+    COMPUTE_RESERVE_BYTES,
+    DEFAULT_MARGIN_BYTES,
+    OffloadKind,
+    all_layers,
+)
+from harness.planning.plan import LaunchPlan, PlanRequest, plan_launch
+from harness.planning.retry import starting_rung
+from harness.probes.devices import Device
+from harness.probes.gguf_facts import read_model_facts
+from harness.runners.subprocess_runner import SubprocessRunner, SubprocessServer
+from harness.supervise.oom_injector import make_oom_launcher, starts_seen
+from harness.supervise.readiness import wait_until_ready
+from harness.supervise.supervisor import (
+    SERVED,
+    LaunchFailedError,
+    LaunchSupervisor,
+    SupervisedLaunch,
+)
+from harness.verdicts.failure import FailureClass, classify_start_failure
+
+pytestmark = pytest.mark.server
+
+MIB = 1024 * 1024
+#: Each fixture tensor stands for one SCALE times its size (196608 B of experts → 384 MiB).
+SCALE = 2048
+CTX = 4096
+#: A GPU no card config names: no card settings or headroom, only its VRAM.
+TEST_GPU = "Harness Test GPU"
+#: VRAM under autotune's smallest bucket: no card config is borrowed (planning/autotune.py).
+TINY_BUCKET_MIB = 8 * 1024
+#: -lv 5 (DEBUG) lists every tensor an override moved.
+DEBUG_VERBOSITY = 5
+#: llama.cpp's override patterns (common/common.h): LLM_FFN_EXPS_REGEX is what --n-cpu-moe
+#: and --cpu-moe move, LLM_FFN_DENSE_REGEX what --n-cpu-ffn moves.
+EXPERTS = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
+DENSE_FFN = re.compile(r"\.ffn_(up|down|gate)\.")
+_BLOCK = re.compile(r"^blk\.(\d+)\.")
+#: The DEBUG line src/llama-model.cpp writes for each tensor an override moved.
+_OVERRIDDEN = re.compile(r"tensor (\S+) \([^)]*\) buffer type overridden to CPU")
+
+#: fixture → (the offload kind its plan must take, what that kind moves).
+KINDS = {
+    "moe": (OffloadKind.N_CPU_MOE, EXPERTS),
+    "dense": (OffloadKind.N_CPU_FFN, DENSE_FFN),
+}
+
+
+def _scaled(facts: ModelFacts) -> ModelFacts:
+    layers = tuple(LayerBytes(layer.index, layer.expert * SCALE, layer.dense_ffn * SCALE,
+                              layer.other * SCALE) for layer in facts.layer_bytes)
+    return replace(facts, layer_bytes=layers, non_layer_bytes=facts.non_layer_bytes * SCALE,
+                   file_size=facts.file_size * SCALE)
+
+
+def _plan(path: Path, facts: ModelFacts, vram_mib: int, build: BuildUnderTest) -> LaunchPlan:
+    return plan_launch(PlanRequest(
+        model_path=path, model=facts, gpu=GpuInfo(TEST_GPU, vram_mib), configs=(),
+        build_key=build.key, per_call={"ctx_size": CTX, "parallel": 1},
+        capabilities=build.info.capabilities if build.info else Capabilities()))
+
+
+def _vram_for_the_last_block(path: Path, facts: ModelFacts, build: BuildUnderTest) -> int:
+    """MiB of VRAM that hold the residue, the reserves and 1.5 of the last block's share.
+
+    Under ``TINY_BUCKET_MIB`` (asserted), so no card's settings or headroom take part.
+    """
+    kv = _plan(path, facts, TINY_BUCKET_MIB, build).kv
+    assert kv is not None
+    last = facts.layer_bytes[-1]
+    moved = last.expert if facts.is_moe else last.dense_ffn
+    residue = facts.non_layer_bytes + sum(layer.total for layer in facts.layer_bytes) - sum(
+        (layer.expert if facts.is_moe else layer.dense_ffn) for layer in facts.layer_bytes)
+    need = DEFAULT_MARGIN_BYTES + COMPUTE_RESERVE_BYTES + kv.total_bytes + residue
+    vram_mib = math.ceil((need + moved * 3 // 2) / MIB)
+    assert vram_mib < TINY_BUCKET_MIB, "SCALE makes the model too large for a bucketless GPU"
+    return vram_mib
+
+
+@pytest.fixture(params=list(KINDS), ids=[f"{name}" for name in KINDS])
+def planned(request: pytest.FixtureRequest, fixture_set: modelgen.FixtureSet,
+            harness_build: BuildUnderTest) -> tuple[str, ModelFacts, LaunchPlan]:
+    """A fixture's plan on a GPU that holds only its last block's experts / dense FFN."""
+    name: str = request.param
+    path = fixture_set.model(name)
+    facts = _scaled(read_model_facts(path))
+    plan = _plan(path, facts, _vram_for_the_last_block(path, facts, harness_build),
+                 harness_build)
+    spec = replace(plan.spec, log_verbosity=DEBUG_VERBOSITY)
+    return name, facts, replace(plan, spec=spec)
+
+
+@pytest.fixture
+def servers() -> Iterator[list[SubprocessServer]]:
+    started: list[SubprocessServer] = []
+    yield started
+    for server in started:
+        server.stop()
+
+
+def _supervise(runner: SubprocessRunner, build: BuildUnderTest, facts: ModelFacts,
+               plan: LaunchPlan, servers: list[SubprocessServer],
+               ) -> SupervisedLaunch[SubprocessServer]:
+    launch = LaunchSupervisor(runner, build.key, BrokenDrafters(), facts).launch(plan)
+    servers.append(launch.server)
+    return launch
+
+
+def _tensors_moved_by(path: Path, pattern: re.Pattern[str], blocks: int) -> set[str]:
+    """The tensors of blocks 0..blocks-1 that ``pattern`` (an override regex) names."""
+    names = set()
+    for tensor in gguf.GGUFReader(path).tensors:
+        block = _BLOCK.match(tensor.name)
+        if block and int(block.group(1)) < blocks and pattern.search(tensor.name):
+            names.add(str(tensor.name))
+    return names
+
+
+def _moved(server: SubprocessServer) -> set[str]:
+    return set(_OVERRIDDEN.findall(server.log_text()))
+
+
+def _serves(server: SubprocessServer) -> None:
+    with ServerClient(server.base_url) as client:
+        assert client.completion("Once upon a time", n_predict=4).tokens_predicted >= 1
+
+
+def test_the_plan_moves_exactly_its_first_blocks_and_serves(
+        planned: tuple[str, ModelFacts, LaunchPlan], server_runner: SubprocessRunner,
+        harness_build: BuildUnderTest, servers: list[SubprocessServer]) -> None:
+    name, facts, plan = planned
+    kind, pattern = KINDS[name]
+    assert plan.offload is not None
+    assert (plan.offload.kind, plan.offload.n) == (kind, 1), plan.offload.reason
+    n = 1
+    assert plan.spec.n_gpu_layers == all_layers(facts.block_count)
+    assert (plan.spec.n_cpu_moe, plan.spec.n_cpu_ffn) == (
+        (n, None) if kind is OffloadKind.N_CPU_MOE else (None, n))
+
+    launch = _supervise(server_runner, harness_build, facts, plan, servers)
+    assert [a.action for a in launch.attempts] == [SERVED]
+    planned_names = _tensors_moved_by(plan.spec.model, pattern, n)
+    assert planned_names, f"the {name} fixture has no such tensors in block 0"
+    assert _moved(launch.server) == planned_names
+    _serves(launch.server)
+
+
+#: fixture → how many OOM starts the injector makes before the real server starts.
+LADDER_FAILS = {"moe": 3, "dense": 2}
+
+
+def test_the_ladder_steps_one_rung_per_oom_and_stops_at_the_first_that_starts(
+        planned: tuple[str, ModelFacts, LaunchPlan], llama_server_binary: Path,
+        harness_build: BuildUnderTest, servers: list[SubprocessServer], tmp_path: Path) -> None:
+    name, facts, plan = planned
+    assert plan.offload is not None
+    fails = LADDER_FAILS[name]
+    ladder = ladder_for(facts, plan.offload, CTX)
+    launcher = make_oom_launcher(llama_server_binary, tmp_path / "oom", fail_first=fails)
+    runner = SubprocessRunner(launcher, tmp_path / "logs", ready_timeout_s=60)
+
+    launch = _supervise(runner, harness_build, facts, plan, servers)
+    rungs = [attempt.rung for attempt in launch.attempts]
+    assert _steps(rungs) == _steps(list(ladder[:fails + 1]))
+    assert [r.flags for r in rungs] == [r.flags for r in ladder[:fails + 1]]
+    for attempt in launch.attempts[:-1]:
+        assert attempt.failure is not None
+        assert attempt.failure.kind is FailureClass.OUT_OF_MEMORY
+        assert attempt.action.startswith("stepped down the offload ladder")
+    assert launch.attempts[-1].action == SERVED
+    assert starts_seen(launcher) == fails + 1
+    # The rung it stopped on is what the server did: moe retreated to --cpu-moe (every
+    # block's experts), dense to --n-cpu-ffn over every block.
+    _, pattern = KINDS[name]
+    assert _moved(launch.server) == _tensors_moved_by(plan.spec.model, pattern,
+                                                      facts.block_count)
+    _serves(launch.server)
+
+
+def test_an_exhausted_ladder_fails_with_every_rung_tried(
+        planned: tuple[str, ModelFacts, LaunchPlan], llama_server_binary: Path,
+        harness_build: BuildUnderTest, servers: list[SubprocessServer], tmp_path: Path) -> None:
+    _, facts, plan = planned
+    assert plan.offload is not None
+    ladder = ladder_for(facts, plan.offload, CTX)
+    launcher = make_oom_launcher(llama_server_binary, tmp_path / "oom",
+                                 fail_first=len(ladder) + 2)
+    runner = SubprocessRunner(launcher, tmp_path / "logs", ready_timeout_s=60)
+    with pytest.raises(LaunchFailedError) as raised:
+        _supervise(runner, harness_build, facts, plan, servers)
+    error = raised.value
+    assert error.failure.kind is FailureClass.OUT_OF_MEMORY
+    assert [a.rung for a in error.attempts] == list(ladder)
+    assert starts_seen(launcher) == len(ladder), "nothing is started after the last rung"
+    message = str(error)
+    tried = message.index("tried: ")
+    positions = [message.index(f"{i}. {rung.label}", tried) for i, rung in enumerate(ladder, 1)]
+    assert positions == sorted(positions)
+    assert "nothing safer left" in error.reason
+
+
+def _steps(rungs: list[Rung]) -> list[Step]:
+    return [rung.step for rung in rungs]
+
+
+# --- a real out-of-memory start, on GPU runners -------------------------------------------
+
+GPU_OOM_WORDS = {
+    Backend.CUDA: "cudaMalloc failed: out of memory",
+    Backend.ROCM: "cudaMalloc failed: out of memory",
+    Backend.VULKAN: "Device memory allocation of size",
+}
+
+
+def _kv_over_device(facts: ModelFacts, device: Device) -> tuple[int, int]:
+    """A context whose f32 KV cache is 1.5x the device's free memory, and its bytes."""
+    per_token = kv_bytes_per_token(layout_from_facts(facts), "f32", "f32")
+    ctx = math.ceil(device.free_mib * MIB * 3 / 2 / per_token / 256) * 256
+    if ctx >= 2**31:
+        pytest.skip(f"{device.name} has {device.free_mib} MiB free: no context under 2^31 "
+                    "tokens of this fixture's KV cache exceeds it")
+    return ctx, ctx * per_token
+
+
+def _oom_spec(model: Path, ctx: int) -> LaunchSpec:
+    # --fit is on by default and would shrink the context to fit (DESIGN.md): off, the
+    # server asks for the whole KV buffer on the device and fails the start.
+    return LaunchSpec(model=model, fit="off", n_gpu_layers=99, ctx_size=ctx, parallel=1,
+                      cache_type_k="f32", cache_type_v="f32")
+
+
+def _device(devices: tuple[Device, ...], backend: Backend) -> Device:
+    return next(d for d in devices if d.backend is backend)
+
+
+@pytest.mark.parametrize("backend", [
+    pytest.param(Backend.CUDA, marks=pytest.mark.gpu("cuda"), id="cuda"),
+    pytest.param(Backend.ROCM, marks=pytest.mark.gpu("rocm"), id="rocm"),
+    pytest.param(Backend.VULKAN, marks=pytest.mark.gpu("vulkan"), id="vulkan"),
+])
+def test_a_real_out_of_memory_start_is_classified(
+        backend: Backend, server_runner: SubprocessRunner, build_devices: tuple[Device, ...],
+        fixture_set: modelgen.FixtureSet) -> None:
+    model = fixture_set.model("dense")
+    ctx, _ = _kv_over_device(read_model_facts(model), _device(build_devices, backend))
+    server = server_runner.launch(_oom_spec(model, ctx))
+    try:
+        with pytest.raises(ServerExitedError):
+            wait_until_ready(server, server_runner.conditions, server_runner.ready_timeout_s)
+    finally:
+        server.stop()
+    failure = classify_start_failure(server.exit_code(), server.log_text(), timed_out=False)
+    assert failure.kind is FailureClass.OUT_OF_MEMORY, failure
+    assert failure.exit_code == 1
+    assert GPU_OOM_WORDS[backend] in server.log_text()
+
+
+@pytest.mark.gpu("cuda")
+def test_the_ladder_recovers_from_a_real_kv_out_of_memory(
+        server_runner: SubprocessRunner, build_devices: tuple[Device, ...],
+        fixture_set: modelgen.FixtureSet, harness_build: BuildUnderTest,
+        servers: list[SubprocessServer]) -> None:
+    """The KV cache does not fit the GPU; the ladder's ``--no-kv-offload`` rung starts."""
+    model = fixture_set.model("dense")
+    facts = read_model_facts(model)
+    ctx, kv_bytes = _kv_over_device(facts, _device(build_devices, Backend.CUDA))
+    if kv_bytes * 2 > psutil.virtual_memory().available:
+        pytest.skip(f"the {kv_bytes / 2**30:.1f} GiB KV cache the GPU cannot hold needs twice "
+                    "that in free system RAM for the --no-kv-offload rung")
+    spec = _oom_spec(model, ctx)
+    launch = LaunchSupervisor(server_runner, harness_build.key, BrokenDrafters(),
+                              facts).launch_spec(spec)
+    servers.append(launch.server)
+    *failed, served = launch.attempts
+    assert failed, "the first start must run out of GPU memory"
+    for attempt in failed:
+        assert attempt.failure is not None
+        assert attempt.failure.kind is FailureClass.OUT_OF_MEMORY, attempt.failure
+    assert served.action == SERVED
+    # One rung per OOM from the launch as given: -ngl 99, then the layer count left to
+    # the server, then the KV cache in system RAM, which the host can hold.
+    expected = [starting_rung(facts, None, spec)]
+    while len(expected) < len(launch.attempts):
+        following = next_rung(expected[-1])
+        assert following is not None
+        expected.append(following)
+    assert [a.rung for a in launch.attempts] == expected
+    assert served.rung.step in (Step.LAYERS_TO_ENGINE, Step.KV_TO_CPU)
+    _serves(launch.server)
