@@ -1,0 +1,140 @@
+"""Plan forwarding: every planned field reaches the running server intact.
+
+Each plan is launched through the dispatcher and held against what the server itself
+reports — ``/props`` (``total_slots``, ``default_generation_settings.n_ctx``), ``/slots``,
+and the startup log (context, batch, ubatch, flash attention, K/V types, the KV cache
+line to the printed decimals, drafter, tensor overrides) — never against the argv we
+sent. A mismatch names the field, the planned value and the observed value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from harness import modelgen
+from harness.builds.under_test import BuildUnderTest
+from harness.client import ServerClient
+from harness.facts.build import Backend
+from harness.facts.gpu import GpuInfo
+from harness.planning.kv import AUTO_PARALLEL
+from harness.planning.plan import LaunchPlan
+from harness.plugin import LaunchPlanned, PlanFor
+from harness.probes.gpu_configs import load_gpu_configs
+from harness.verdicts.kv_log import check_kv_plan
+from harness.verdicts.launch_log import compare_launch, parse_launch_log
+
+pytestmark = pytest.mark.server
+
+#: Fields of a plan the startup log can confirm (harness.verdicts.launch_log).
+FORWARDED = ("ctx_size", "parallel", "batch_size", "ubatch_size", "cache_type_k",
+             "cache_type_v", "flash_attn", "drafter", "spec_type", "n_cpu_moe", "cpu_moe",
+             "n_cpu_ffn")
+
+#: (id, fixture, per-call settings, extra PlanRequest fields)
+MATRIX: list[tuple[str, str, dict[str, object], dict[str, object]]] = [
+    ("dense-defaults", "dense", {}, {}),
+    ("dense-ctx1024-np2", "dense", {"ctx_size": 1024, "parallel": 2}, {}),
+    ("dense-ctx768-np3", "dense", {"ctx_size": 768, "parallel": 3}, {}),
+    ("dense-batch256-ubatch64", "dense", {"ctx_size": 512, "batch_size": 256,
+                                          "ubatch_size": 64}, {}),
+    ("dense-f32-k", "dense", {"ctx_size": 512, "cache_type_k": "f32"}, {}),
+    ("dense-fa-off", "dense", {"ctx_size": 512, "flash_attn": "off"}, {}),
+    ("dense-fa-on", "dense", {"ctx_size": 512, "flash_attn": "on"}, {}),
+    ("swa-ctx2048-np2", "swa", {"ctx_size": 2048, "parallel": 2}, {}),
+    ("mtp-q8_0-fa-on", "mtp", {"ctx_size": 1024, "cache_type_k": "q8_0",
+                               "cache_type_v": "q8_0", "flash_attn": "on"},
+     {"explicit_spec_type": "none"}),
+    ("mtp-q8_0-k-q4_0-v", "mtp", {"ctx_size": 2048, "parallel": 2, "cache_type_k": "q8_0",
+                                  "cache_type_v": "q4_0", "flash_attn": "on"},
+     {"explicit_spec_type": "none"}),
+    ("mtp-draft-mtp", "mtp", {"ctx_size": 1024}, {}),
+    ("dense-drafter-on", "dense", {"ctx_size": 512, "parallel": 1},
+     {"explicit_spec_type": "draft-simple"}),
+    ("dense-drafter-off", "dense", {"ctx_size": 512, "parallel": 1},
+     {"explicit_spec_type": "none"}),
+]
+
+#: Device names each card config's pattern matches, as the driver reports them.
+CARD_DEVICE_NAMES = {
+    "rtx-3090": "NVIDIA GeForce RTX 3090",
+    "rtx-4090": "NVIDIA GeForce RTX 4090",
+    "rtx-5090": "NVIDIA GeForce RTX 5090",
+    "h200": "NVIDIA H200",
+    "mi300x": "AMD Instinct MI300X",
+    "rx-7900-xtx": "AMD Radeon RX 7900 XTX",
+    "arc-a770": "Intel(R) Arc(TM) A770 Graphics",
+}
+
+
+def _assert_forwarded(plan: LaunchPlan, launch: LaunchPlanned,
+                      harness_build: BuildUnderTest) -> None:
+    server = launch(plan)
+    with ServerClient(server.base_url) as client:
+        props = client.props()
+        slots = client.slots()
+    report = parse_launch_log(server.log_text())
+    expected: dict[str, object] = {name: getattr(plan.spec, name) for name in FORWARDED}
+    expected["cpu_moe"] = plan.spec.cpu_moe or None  # False: not planned, nothing to check
+    if harness_build.backend is not Backend.CPU:
+        expected["n_gpu_layers"] = plan.spec.n_gpu_layers  # a CPU build ignores -ngl
+    problems = [str(m) for m in compare_launch(expected, report)]
+    planned_slots = plan.spec.parallel or AUTO_PARALLEL
+    if props.total_slots != planned_slots:
+        problems.append(f"/props total_slots: planned {planned_slots}, "
+                        f"observed {props.total_slots}")
+    if len(slots) != planned_slots:
+        problems.append(f"/slots: planned {planned_slots} slots, observed {len(slots)}")
+    if props.n_ctx != report.n_ctx_slot:
+        problems.append(f"/props n_ctx: the log's slot context is {report.n_ctx_slot}, "
+                        f"/props says {props.n_ctx}")
+    if plan.kv is not None:
+        caches = report.kv_caches[: len(plan.kv.caches)]
+        if (kv := check_kv_plan(plan.kv, caches)) is not None:
+            problems.append(f"KV cache: {kv}")
+    assert not problems, "the server does not report the plan:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize(("fixture", "per_call", "extra"),
+                         [pytest.param(f, c, e, id=i) for i, f, c, e in MATRIX])
+def test_plan_reaches_the_server(*, fixture: str, per_call: dict[str, object],
+                                 extra: dict[str, object], plan_for: PlanFor,
+                                 launch: LaunchPlanned, harness_build: BuildUnderTest,
+                                 fixture_set: modelgen.FixtureSet) -> None:
+    if extra.get("explicit_spec_type") == "draft-simple":
+        extra = {**extra, "explicit_drafter": fixture_set.model("drafter")}
+    plan = plan_for(model=fixture, per_call=per_call, **extra)
+    _assert_forwarded(plan, launch, harness_build)
+
+
+@pytest.mark.parametrize("bundle", modelgen.BUNDLE_NAMES)
+def test_bundle_plan_reaches_the_server(bundle: str, plan_for: PlanFor, launch: LaunchPlanned,
+                                        harness_build: BuildUnderTest) -> None:
+    _assert_forwarded(plan_for(bundle=bundle), launch, harness_build)
+
+
+def test_planned_offload_reaches_the_server(plan_for: PlanFor, launch: LaunchPlanned,
+                                            harness_build: BuildUnderTest) -> None:
+    plan = plan_for(model="moe", per_call={"ctx_size": 512})
+    # The fixture fits any GPU, so the offload is set as a per-call rung would set it; the
+    # log proves which blocks moved at -lv 5.
+    spec = dataclasses.replace(plan.spec, n_cpu_moe=1, log_verbosity=5)
+    _assert_forwarded(dataclasses.replace(plan, spec=spec), launch, harness_build)
+
+
+@pytest.mark.parametrize("card", sorted(CARD_DEVICE_NAMES))
+def test_card_flag_set_scaled_to_the_fixture(card: str, plan_for: PlanFor,
+                                             launch: LaunchPlanned,
+                                             harness_build: BuildUnderTest) -> None:
+    config = next(c for c in load_gpu_configs() if c.name == card)
+    gpu = GpuInfo(CARD_DEVICE_NAMES[card], config.vram_mib)
+    # The card's own parallel, batch, cache types, flash-attn and checkpoints; only the
+    # context shrinks to the tiny fixture (512 tokens a slot). The mtp fixture's head width
+    # (32) takes the quantized cache types a fork type falls back to on a stock build.
+    parallel = config.llama_server_flags.parallel or 1
+    plan = plan_for(model="mtp", gpu=gpu, per_call={"ctx_size": 512 * parallel},
+                    explicit_spec_type="none")
+    assert plan.tune.label == card
+    assert plan.origins["parallel"] == "card"
+    _assert_forwarded(plan, launch, harness_build)
