@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import dataclasses
 import itertools
 import os
 import re
@@ -138,6 +139,7 @@ class SubprocessRunner:
         conditions: Sequence[WaitCondition] | None = None,
         env: Mapping[str, str] | None = None,
         stop_grace_s: float = DEFAULT_STOP_GRACE_S,
+        default_threads: int | None = None,
     ) -> None:
         if not binary.is_file() or not os.access(binary, os.X_OK):
             raise ServerError(
@@ -150,10 +152,14 @@ class SubprocessRunner:
         self.conditions = tuple(conditions) if conditions is not None else default_conditions()
         self.env = dict(env) if env is not None else None
         self.stop_grace_s = stop_grace_s
+        #: ``--threads`` for specs that leave it unset (servers sharing the machine).
+        self.default_threads = default_threads
 
     def launch(self, spec: LaunchSpec) -> SubprocessServer:
         """Start the process and return at once, without waiting for readiness."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        if spec.threads is None and self.default_threads is not None:
+            spec = dataclasses.replace(spec, threads=self.default_threads)
         argv = spec.to_argv(str(self.binary), LOOPBACK, 0)
         log_path = self.log_dir / f"llama-server-{os.getpid()}-{next(_counter)}.log"
         with log_path.open("wb") as log:
