@@ -62,10 +62,13 @@ class Completion:
 class ServerClient:
     """Talks to one running server. Use as a context manager or call :meth:`close`."""
 
-    def __init__(self, base_url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(self, base_url: str, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 http: httpx.Client | None = None) -> None:
+        """``http``: a connection pool to borrow (not closed here); default: a new one."""
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s,
-                                  verify=_shared_ssl_context())
+        self.timeout_s = timeout_s
+        self._owns_http = http is None
+        self._http = http or httpx.Client(verify=_shared_ssl_context())
 
     def __enter__(self) -> ServerClient:
         return self
@@ -75,7 +78,8 @@ class ServerClient:
         self.close()
 
     def close(self) -> None:
-        self._http.close()
+        if self._owns_http:
+            self._http.close()
 
     def health(self) -> Health:
         response = self._request("GET", "/health", accept_status=(200, 503))
@@ -130,9 +134,10 @@ class ServerClient:
                  **kwargs: Any) -> httpx.Response:
         where = f"{method} {self.base_url}{path}"
         try:
-            response = self._http.request(method, path, **kwargs)
+            response = self._http.request(method, f"{self.base_url}{path}",
+                                          timeout=self.timeout_s, **kwargs)
         except httpx.TimeoutException as exc:
-            raise ServerApiError(f"{where} timed out after {self._http.timeout.read}s; the "
+            raise ServerApiError(f"{where} timed out after {self.timeout_s}s; the "
                                  "server is alive but busy or hung") from exc
         except httpx.TransportError as exc:
             raise ServerApiError(f"{where} failed: {exc!r}; is the server still running?") from exc
@@ -140,6 +145,12 @@ class ServerClient:
             raise ServerApiError(f"{where} answered HTTP {response.status_code}: "
                                  f"{response.text[:500]}")
         return response
+
+
+@functools.cache
+def shared_pool() -> httpx.Client:
+    """One keep-alive pool for short-lived clients (readiness polls one per check)."""
+    return httpx.Client(verify=_shared_ssl_context())
 
 
 @functools.cache

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from harness.client import ServerClient
+from harness.client import ServerClient, shared_pool
 from harness.errors import ServerApiError, ServerError, ServerExitedError, ServerNotReadyError
 from harness.runners.base import RunningServer
 
@@ -59,7 +59,7 @@ class HealthOk:
 
     def pending(self, server: RunningServer) -> str | None:
         try:
-            with ServerClient(server.base_url, timeout_s=self.timeout_s) as client:
+            with ServerClient(server.base_url, self.timeout_s, shared_pool()) as client:
                 health = client.health()
         except ServerApiError as exc:
             return f"/health unreachable: {exc}"
@@ -70,12 +70,12 @@ class HealthOk:
 class CompletionReturnsTokens:
     """A short ``/completion`` yields at least one token: the model really runs."""
 
-    n_predict: int = 2
+    n_predict: int = 1
     timeout_s: float = 30.0
 
     def pending(self, server: RunningServer) -> str | None:
         try:
-            with ServerClient(server.base_url, timeout_s=self.timeout_s) as client:
+            with ServerClient(server.base_url, self.timeout_s, shared_pool()) as client:
                 completion = client.completion("Hello", n_predict=self.n_predict)
         except ServerApiError as exc:
             return f"/completion failed: {exc}"
