@@ -14,13 +14,16 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from harness import modelgen
+from harness.builds.base_image import ensure_base_image
 from harness.builds.native import BuildResult
 from harness.builds.resolve import ensure_build
 from harness.errors import HarnessError
 from harness.facts.build import Backend
 from harness.paths import REPO_ROOT, cache_root
 from harness.plan_cli import plan_command
+from harness.planning.base_image import SUITES
 from harness.planning.build_plan import BuildRequest
+from harness.probes.docker_engine import docker_engine
 
 console = Console(stderr=True)
 
@@ -128,6 +131,21 @@ def _build_with_progress(request: BuildRequest, source: Path | None) -> BuildRes
 
 
 cli.add_command(plan_command)
+
+
+@cli.command("base-image")
+@click.option("--distro", type=click.Choice(sorted(SUITES)), default="debian:13",
+              show_default=True)
+def base_image(distro: str) -> None:
+    """Make a Debian base image locally (debootstrap + docker import), cached by content."""
+    client = docker_engine()
+    started = time.monotonic()
+    with console.status(f"debootstrap {distro}"):
+        image = ensure_base_image(client, distro, cache_root() / "base-images")
+    state = "cache hit" if image.cache_hit else f"made in {time.monotonic() - started:.0f}s"
+    console.print(f"[bold]{image.tag}[/] {image.image_id[:19]} key {image.key} ({state})",
+                  soft_wrap=True)
+    click.echo(image.tag)
 
 
 def main() -> None:

@@ -28,6 +28,7 @@ from harness.planning.plan import LaunchPlan, PlanRequest, plan_launch
 from harness.planning.routing import InferenceBackend
 from harness.probes.bundles import load_bundle
 from harness.probes.devices import Device, list_devices
+from harness.probes.docker_engine import engine_unavailable
 from harness.probes.gguf_facts import read_model_facts
 from harness.probes.gpu_configs import load_fork_kv_types, load_gpu_configs
 from harness.runners.dispatch import Dispatcher, LlamaCppBackend
@@ -68,6 +69,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "gpu(backend): the test needs a build and a device of this GPU backend "
         "(cuda, rocm or vulkan); skipped without one unless --harness-require-gpu names it")
+    config.addinivalue_line(
+        "markers", "docker: the test needs a Docker engine; skipped with the reason without one")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -81,6 +84,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("docker") is not None:
+        missing = _docker_missing(item.config)
+        if missing:
+            pytest.skip(missing)
     for marker in item.iter_markers("gpu"):
         backend = Backend(marker.args[0])
         missing = _gpu_missing(item.config, backend)
@@ -92,8 +99,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
                         f"--harness-require-gpu={backend.value})")
 
 
+_DOCKER_KEY = pytest.StashKey["str | None"]()
 _BUILD_KEY = pytest.StashKey["BuildUnderTest"]()
 _DEVICES_KEY = pytest.StashKey["tuple[Device, ...]"]()
+
+
+def _docker_missing(config: pytest.Config) -> str | None:
+    if _DOCKER_KEY not in config.stash:
+        config.stash[_DOCKER_KEY] = engine_unavailable()
+    return config.stash[_DOCKER_KEY]
 
 
 def build_under_test(config: pytest.Config) -> BuildUnderTest:

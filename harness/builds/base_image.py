@@ -1,0 +1,84 @@
+"""``harness base-image``: make a Debian base image locally (debootstrap + docker import).
+
+The mirror is the host's own apt configuration, so a machine that can ``apt-get
+install`` can make a base. The image is tagged ``harness-base/debian:<version>`` and
+labelled with the plan's key; an image carrying the key already is returned as is.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.errors import BuildError, ToolMissingError
+from harness.planning.base_image import KEY_LABEL, BaseImagePlan, debian_mirror, plan_base_image
+
+APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
+LOG_TAIL_LINES = 40
+
+
+@dataclass(frozen=True)
+class BaseImage:
+    tag: str
+    image_id: str
+    key: str
+    cache_hit: bool
+
+
+def ensure_base_image(client: Any, distro: str, work_dir: Path) -> BaseImage:
+    """The base image for ``distro``, made now if the engine has none with its key."""
+    plan = plan_base_image(distro, host_mirror(), _debootstrap_version())
+    for image in client.images.list(filters={"label": f"{KEY_LABEL}={plan.key}"}):
+        if plan.tag in image.tags:
+            return BaseImage(plan.tag, image.id, plan.key, cache_hit=True)
+    return BaseImage(plan.tag, _make(client, plan, work_dir), plan.key, cache_hit=False)
+
+
+def host_mirror() -> str:
+    texts: list[str] = []
+    for path in APT_SOURCES:
+        files = sorted(path.glob("*.sources")) + sorted(path.glob("*.list")) if path.is_dir() \
+            else [path]
+        texts += [f.read_text(errors="replace") for f in files if f.is_file()]
+    mirror = debian_mirror(texts)
+    if mirror is None:
+        raise BuildError("found no Debian archive in the host's apt sources "
+                         f"({', '.join(map(str, APT_SOURCES))}); debootstrap needs one")
+    return mirror
+
+
+def _debootstrap_version() -> str:
+    if shutil.which("debootstrap") is None:
+        raise ToolMissingError("debootstrap is not installed; install it with "
+                               "`apt-get install debootstrap` (it makes the local base images)")
+    proc = subprocess.run(["debootstrap", "--version"], capture_output=True, text=True,
+                          check=False)
+    return proc.stdout.strip() or "unknown"
+
+
+def _make(client: Any, plan: BaseImagePlan, work_dir: Path) -> str:
+    work_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=work_dir, prefix="debootstrap-") as tmp:
+        root = Path(tmp) / "root"
+        log_path = work_dir / f"debootstrap-{plan.distro.replace(':', '-')}.log"
+        with log_path.open("w") as log:
+            code = subprocess.call(plan.debootstrap_argv(str(root)), stdout=log,
+                                   stderr=subprocess.STDOUT)
+        if code != 0:
+            tail = log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+            raise BuildError(f"debootstrap {plan.suite} failed (exit {code}); last lines:\n"
+                             + "\n".join(tail) + f"\nfull log: {log_path}")
+        archive = Path(tmp) / "root.tar"
+        with tarfile.open(archive, "w") as tar:
+            tar.add(root, arcname=".")
+        repository, tag = plan.tag.split(":", 1)
+        client.api.import_image_from_file(
+            str(archive), repository=repository, tag=tag,
+            changes=[f'LABEL {KEY_LABEL}="{plan.key}"', 'CMD ["/bin/bash"]'])
+    image = client.images.get(plan.tag)
+    return str(image.id)
