@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -15,10 +17,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from harness import modelgen
 from harness.builds.base_image import ensure_base_image
-from harness.builds.native import BuildResult
-from harness.builds.resolve import ensure_build
+from harness.builds.container_build import build_image, list_images
+from harness.builds.native import BuildResult, ProgressCallback
+from harness.builds.resolve import ensure_build, resolve_source
 from harness.errors import HarnessError
-from harness.facts.build import Backend
+from harness.facts.build import Backend, BuildInfo
 from harness.paths import REPO_ROOT, cache_root
 from harness.plan_cli import plan_command
 from harness.planning.base_image import SUITES
@@ -44,11 +47,33 @@ def cli() -> None:
               help="GGML_NATIVE: tune for this CPU (not portable to other machines).")
 @click.option("--cmake-arg", "cmake_args", multiple=True,
               help="Extra -D flag for CMake; repeatable; part of the build key.")
-def build(backend: str, source: Path | None, native: bool, cmake_args: tuple[str, ...]) -> None:
-    """Build llama-server (cached by source, backend, flags and compiler)."""
+@click.option("--container", is_flag=True,
+              help="Build an image (ci/docker/<backend>.Dockerfile) instead of a native binary.")
+@click.option("--base", "bases", multiple=True, metavar="ARG=IMAGE",
+              help="With --container: BUILD_BASE=IMAGE or RUNTIME_BASE=IMAGE; repeatable.")
+def build(*, backend: str, source: Path | None, native: bool, cmake_args: tuple[str, ...],
+          container: bool, bases: tuple[str, ...]) -> None:
+    """Build llama-server (cached by source, backend, flags and compiler or base images)."""
     request = BuildRequest(backend=Backend(backend), native=native, extra_cmake_args=cmake_args)
+    if container:
+        click.echo(_build_image_with_progress(request, source, _parse_bases(bases)).image)
+        return
+    if bases:
+        raise click.UsageError("--base goes with --container")
     result = _build_with_progress(request, source)
     click.echo(result.info.binary)
+
+
+@cli.command()
+def images() -> None:
+    """List the llama-server images harness builds made on this Docker engine."""
+    found = list_images(docker_engine())
+    if not found:
+        console.print("no harness-built llama-server images on this engine")
+        return
+    for info in found:
+        click.echo(f"{info.image}  {info.backend.value:6}  {info.version.splitlines()[0]}  "
+                   f"source {info.source_digest[:12]}  built in {info.build_seconds:.0f}s")
 
 
 @cli.command()
@@ -103,9 +128,45 @@ def run(alluredir: Path, workers: str, pytest_args: tuple[str, ...]) -> None:
     sys.exit(code)
 
 
+def _parse_bases(bases: tuple[str, ...]) -> dict[str, str]:
+    parsed = {}
+    for item in bases:
+        arg, sep, image = item.partition("=")
+        if not sep or not image:
+            raise click.BadParameter(f"{item!r} is not ARG=IMAGE", param_hint="--base")
+        parsed[arg] = image
+    return parsed
+
+
+def _build_image_with_progress(request: BuildRequest, source: Path | None,
+                               bases: dict[str, str]) -> BuildInfo:
+    cache = cache_root()
+    client = docker_engine()
+    started = time.monotonic()
+    with _progress_bar(request) as report:
+        result = build_image(client, cache, resolve_source(cache, source), request,
+                             bases=bases or None, progress=report)
+    took = time.monotonic() - started
+    state = "cache hit" if result.cache_hit else f"built in {result.info.build_seconds:.0f}s"
+    console.print(f"[bold]image[/] {result.info.image} ({state}, {took:.2f}s)", soft_wrap=True)
+    return result.info
+
+
 def _build_with_progress(request: BuildRequest, source: Path | None) -> BuildResult:
     cache = cache_root()
     started = time.monotonic()
+    with _progress_bar(request) as report:
+        result = ensure_build(cache, request, source, progress=report)
+    took = time.monotonic() - started
+    state = "cache hit" if result.cache_hit else f"built in {result.info.build_seconds:.0f}s"
+    console.print(f"[bold]llama-server[/] {result.info.binary} ({state}, {took:.2f}s)",
+                  soft_wrap=True)
+    return result
+
+
+@contextlib.contextmanager
+def _progress_bar(request: BuildRequest) -> Iterator[ProgressCallback]:
+    """A live bar on a terminal; in a CI log, a line every tenth of the way."""
     with Progress(TextColumn("[bold]build[/] {task.description}"), BarColumn(),
                   TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
@@ -117,17 +178,11 @@ def _build_with_progress(request: BuildRequest, source: Path | None) -> BuildRes
             if fraction is None:
                 return
             progress.update(task, completed=fraction)
-            # A CI log has no live bar: leave a line there every tenth of the way.
             if not console.is_terminal and fraction >= next_decile:
                 console.print(f"build {request.backend.value}: {fraction:.0%}", soft_wrap=True)
                 next_decile = int(fraction * 10) / 10 + 0.1
 
-        result = ensure_build(cache, request, source, progress=report)
-    took = time.monotonic() - started
-    state = "cache hit" if result.cache_hit else f"built in {result.info.build_seconds:.0f}s"
-    console.print(f"[bold]llama-server[/] {result.info.binary} ({state}, {took:.2f}s)",
-                  soft_wrap=True)
-    return result
+        yield report
 
 
 cli.add_command(plan_command)

@@ -166,7 +166,7 @@ def _run_logged(argv: list[str], log: TextIO, log_path: Path,
             log.write(line)
             tail.append(line.rstrip("\n"))
             if progress:
-                progress(_fraction(line), line.strip())
+                progress(progress_fraction(line), line.strip())
         code = proc.wait()
     except BaseException:
         proc.kill()
@@ -181,7 +181,8 @@ def _run_logged(argv: list[str], log: TextIO, log_path: Path,
         )
 
 
-def _fraction(line: str) -> float | None:
+def progress_fraction(line: str) -> float | None:
+    """How far a CMake (make or ninja) build is from one line of its output, if it says."""
     if match := _PERCENT.match(line):
         return int(match.group(1)) / 100
     if match := _NINJA_STEP.match(line):

@@ -48,6 +48,9 @@ class BuildInfo:
     compiler: str
     build_seconds: float
     capabilities: Capabilities
+    #: Container builds: the image tag, and the ids of the images it was built from.
+    image: str | None = None
+    base_image_digest: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -75,4 +78,6 @@ class BuildInfo:
                 spec_types=tuple(caps["spec_types"]),
                 flags=tuple(caps["flags"]),
             ),
+            image=data.get("image"),
+            base_image_digest=data.get("base_image_digest"),
         )

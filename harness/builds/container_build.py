@@ -1,0 +1,224 @@
+"""``harness build --container``: llama-server images built through the Docker SDK.
+
+The build context is a tar the harness writes itself: the backend's Dockerfile and the
+source tree under ``llama.cpp/`` (so a local checkout anywhere on disk works, and
+``.git`` and top-level ``build*`` directories stay out). The build runs with host
+networking; CMake flags come from the same ``BuildRequest`` as a native build. Where a
+configured base image is not present (no registry is reachable here), the local Debian
+base from ``harness base-image`` is used for Debian-based images.
+
+The image is tagged ``harness/llama-server:<key>``, where the key hashes the source,
+backend, flags and the base images' ids. Its ``build.json`` (capabilities from the
+image's own ``llama-server --help``) is stored in the cache beside native builds and as
+the label ``org.llama-harness.build`` on the final image.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+import tempfile
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from docker.errors import APIError, ImageNotFound
+from docker.errors import BuildError as DockerBuildError
+from filelock import FileLock
+
+from harness.builds.base_image import ensure_base_image
+from harness.builds.capabilities import parse_capabilities
+from harness.builds.dockerfile import dockerfile_path
+from harness.builds.native import (
+    LOG_TAIL_LINES,
+    ProgressCallback,
+    builds_dir,
+    progress_fraction,
+    read_build_info,
+)
+from harness.builds.source import SourceTree, load_manifest
+from harness.errors import BuildError
+from harness.facts.build import Backend, BuildInfo
+from harness.files import write_json_atomic
+from harness.planning.build_plan import BuildRequest, build_key
+from harness.planning.container_plan import (
+    DEFAULT_BASES,
+    IMAGE_ARGS,
+    SERVER_PATH_IN_IMAGE,
+    container_build_args,
+)
+
+IMAGE_REPOSITORY = "harness/llama-server"
+BUILD_LABEL = "org.llama-harness.build"
+KEY_LABEL = "org.llama-harness.build-key"
+#: Backends whose default bases are Debian 13 and so can use the local base image.
+_DEBIAN_BASED = (Backend.CPU, Backend.VULKAN)
+_SKIPPED_TOP = (".git", "build")
+
+
+@dataclass(frozen=True)
+class ContainerBuild:
+    info: BuildInfo
+    directory: Path
+    cache_hit: bool
+
+
+def build_image(client: Any, cache: Path, source: SourceTree, request: BuildRequest, *,
+                bases: Mapping[str, str] | None = None,
+                progress: ProgressCallback | None = None) -> ContainerBuild:
+    """The image for these inputs, built now unless the engine already has it."""
+    chosen = resolve_bases(client, cache, request.backend, bases)
+    base_ids = [_image_id(client, chosen[arg]) for arg in IMAGE_ARGS]
+    key = build_key(source.digest, request, "container:" + ",".join(base_ids))
+    tag = f"{IMAGE_REPOSITORY}:{key}"
+    directory = builds_dir(cache) / key
+    hit = _finished(client, directory, tag)
+    if hit:
+        return hit
+    directory.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(directory) + ".lock"):
+        hit = _finished(client, directory, tag)
+        if hit:
+            return hit
+        started = time.monotonic()
+        args = container_build_args(request.backend, request, chosen)
+        _run_build(client, directory, source, request.backend, args=args, tag=f"{tag}-stage",
+                   progress=progress)
+        info = BuildInfo(
+            key=key, backend=request.backend, binary=SERVER_PATH_IN_IMAGE,
+            version=_run_in_image(client, f"{tag}-stage", "--version"),
+            source_digest=source.digest, source_origin=source.origin,
+            cmake_flags=request.cmake_flags(), compiler="container:" + ",".join(base_ids),
+            build_seconds=round(time.monotonic() - started, 1),
+            capabilities=parse_capabilities(_run_in_image(client, f"{tag}-stage", "--help")),
+            image=tag, base_image_digest=",".join(base_ids),
+        )
+        _label(client, f"{tag}-stage", tag, info)
+        client.images.remove(f"{tag}-stage")
+        write_json_atomic(directory / "build.json", info.to_json())
+        return ContainerBuild(info, directory, cache_hit=False)
+
+
+def resolve_bases(client: Any, cache: Path, backend: Backend,
+                  bases: Mapping[str, str] | None) -> dict[str, str]:
+    """The base images to build from: given ones, else defaults present on the engine,
+    else (for Debian-based images) the local Debian 13 base."""
+    chosen = dict(DEFAULT_BASES[backend])
+    chosen.update(bases or {})
+    for arg, image in chosen.items():
+        if _present(client, image):
+            continue
+        if backend in _DEBIAN_BASED and not bases:
+            chosen[arg] = ensure_base_image(client, "debian:13", cache / "base-images").tag
+            continue
+        raise BuildError(
+            f"base image {image} ({arg}) is not on this Docker engine and no registry is "
+            "reachable; load it with `docker load`, or pass another base "
+            f"(--base {arg}=IMAGE)")
+    return chosen
+
+
+def list_images(client: Any) -> list[BuildInfo]:
+    """Every harness-built llama-server image on the engine, newest first."""
+    found = []
+    for image in client.images.list(filters={"label": KEY_LABEL}):
+        label = image.labels.get(BUILD_LABEL)
+        if label:
+            found.append((image.attrs.get("Created", ""), BuildInfo.from_json(json.loads(label))))
+    return [info for _, info in sorted(found, key=lambda item: item[0], reverse=True)]
+
+
+def _finished(client: Any, directory: Path, tag: str) -> ContainerBuild | None:
+    record = directory / "build.json"
+    if not record.is_file() or not _present(client, tag):
+        return None
+    try:
+        return ContainerBuild(read_build_info(record), directory, cache_hit=True)
+    except BuildError:
+        return None
+
+
+def _present(client: Any, image: str) -> bool:
+    try:
+        client.images.get(image)
+    except ImageNotFound:
+        return False
+    return True
+
+
+def _image_id(client: Any, image: str) -> str:
+    return str(client.images.get(image).id)
+
+
+def _context(source: SourceTree, backend: Backend) -> io.BytesIO:
+    """A tar of the Dockerfile and the source tree under ``llama.cpp/``."""
+    buffer = io.BytesIO()
+    tree = load_manifest().tree
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.add(dockerfile_path(backend), arcname="Dockerfile")
+        for entry in sorted(os.listdir(source.path)):
+            if entry.startswith(_SKIPPED_TOP):
+                continue
+            tar.add(source.path / entry, arcname=f"{tree}/{entry}")
+    buffer.seek(0)
+    return buffer
+
+
+def _run_build(client: Any, directory: Path, source: SourceTree, backend: Backend, *,
+               args: Mapping[str, str], tag: str, progress: ProgressCallback | None) -> None:
+    log_path = directory / "build.log"
+    tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
+    error: str | None = None
+    with log_path.open("w", encoding="utf-8", buffering=1) as log:
+        log.write(f"$ docker build --network host --tag {tag} "
+                  + " ".join(f"--build-arg {k}={v}" for k, v in args.items()) + "\n")
+        try:
+            stream = client.api.build(fileobj=_context(source, backend), custom_context=True,
+                                      dockerfile="Dockerfile", tag=tag, buildargs=dict(args),
+                                      network_mode="host", rm=True, forcerm=True, decode=True)
+            for chunk in stream:
+                text = chunk.get("stream") or chunk.get("status") or ""
+                if "error" in chunk:
+                    error = str(chunk["error"])
+                    text = error + "\n"
+                for line in text.splitlines():
+                    log.write(line + "\n")
+                    tail.append(line)
+                    if progress:
+                        progress(progress_fraction(line), line)
+        except (APIError, DockerBuildError) as exc:
+            error = str(exc)
+    if error is not None:
+        lines = "\n".join(tail)
+        raise BuildError(f"the {backend.value} image build failed: {error}\n"
+                         f"--- last {LOG_TAIL_LINES} lines of the build log ---\n{lines}\n"
+                         f"--- full log: {log_path} ---")
+
+
+def _run_in_image(client: Any, image: str, flag: str) -> str:
+    container = client.containers.create(image, [flag], network_mode="host")
+    try:
+        container.start()
+        code = container.wait(timeout=120).get("StatusCode")
+        text = str(container.logs(stdout=True, stderr=True).decode(errors="replace")).strip()
+    finally:
+        container.remove(force=True)
+    if code != 0 or not text:
+        raise BuildError(f"llama-server {flag} in {image} failed with exit code {code}:\n"
+                         f"{text[-2000:]}")
+    return text
+
+
+def _label(client: Any, stage: str, tag: str, info: BuildInfo) -> None:
+    """Put build.json on the image: a one-instruction build on top of the stage image."""
+    record = json.dumps(info.to_json(), sort_keys=True)
+    dockerfile = (f"FROM {stage}\nLABEL {KEY_LABEL}={json.dumps(info.key)} "
+                  f"{BUILD_LABEL}={json.dumps(record)}\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "Dockerfile").write_text(dockerfile)
+        client.images.build(path=tmp, tag=tag, network_mode="host", rm=True)
