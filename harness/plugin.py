@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from harness import modelgen
-from harness.builds.resolve import ensure_build
+from harness.builds.container_build import build_image
+from harness.builds.resolve import ensure_build, resolve_source
 from harness.builds.under_test import BuildUnderTest, from_result, resolve_named_build
 from harness.errors import HarnessError
 from harness.facts.build import Backend, Capabilities
@@ -28,9 +29,16 @@ from harness.planning.plan import LaunchPlan, PlanRequest, plan_launch
 from harness.planning.routing import InferenceBackend
 from harness.probes.bundles import load_bundle
 from harness.probes.devices import Device, list_devices
-from harness.probes.docker_engine import engine_unavailable
+from harness.probes.docker_engine import docker_engine, engine_unavailable
 from harness.probes.gguf_facts import read_model_facts
 from harness.probes.gpu_configs import load_fork_kv_types, load_gpu_configs
+from harness.runners.container_runner import (
+    SESSION_ID,
+    ContainerRunner,
+    ContainerServer,
+    sweep_containers,
+)
+from harness.runners.container_runner import stop_all as stop_all_containers
 from harness.runners.dispatch import Dispatcher, LlamaCppBackend
 from harness.runners.subprocess_runner import (
     DEFAULT_READY_TIMEOUT_S,
@@ -39,7 +47,9 @@ from harness.runners.subprocess_runner import (
     stop_all,
 )
 
-StartServer = Callable[[LaunchSpec], SubprocessServer]
+Server = SubprocessServer | ContainerServer
+ServerRunnerLike = SubprocessRunner | ContainerRunner
+StartServer = Callable[[LaunchSpec], Server]
 GPU_BACKENDS = (Backend.CUDA, Backend.ROCM, Backend.VULKAN)
 
 
@@ -52,6 +62,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     default=os.environ.get("HARNESS_REQUIRE_GPU") or None,
                     help="fail (instead of skipping) when the build under test has no device of "
                          "this backend [env HARNESS_REQUIRE_GPU].")
+    group.addoption("--harness-runner", choices=["subprocess", "container"],
+                    default=os.environ.get("HARNESS_RUNNER") or "subprocess",
+                    help="how servers run: child processes or containers [env HARNESS_RUNNER].")
+    group.addoption("--harness-image", default=os.environ.get("HARNESS_IMAGE") or None,
+                    help="llama-server image for the container runner [env HARNESS_IMAGE]; "
+                         "default: the build under test's image, else the CPU image of the "
+                         "pinned source (built if missing).")
     group.addoption("--harness-server-bin", default=os.environ.get("HARNESS_SERVER_BIN"),
                     help="llama-server binary to test [env HARNESS_SERVER_BIN]; default: build "
                          "the pinned source for the CPU (cached).")
@@ -74,7 +91,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """A run that demands a GPU backend fails here, before any test, when it has none."""
+    """A run that demands a GPU backend or containers fails here when it has none."""
+    if session.config.getoption("harness_runner") == "container":
+        missing = _docker_missing(session.config)
+        if missing:
+            pytest.exit(f"--harness-runner=container: {missing}",
+                        returncode=pytest.ExitCode.USAGE_ERROR)
+        if not hasattr(session.config, "workerinput"):
+            # Only the controller sweeps: containers an interrupted run left behind.
+            sweep_containers(docker_engine())
     required = session.config.getoption("harness_require_gpu")
     if required:
         missing = _gpu_missing(session.config, Backend(required))
@@ -152,10 +177,14 @@ def _gpu_missing(config: pytest.Config, backend: Backend) -> str | None:
 
 def pytest_keyboard_interrupt() -> None:
     stop_all()
+    stop_all_containers()
 
 
-def pytest_unconfigure() -> None:
+def pytest_unconfigure(config: pytest.Config) -> None:
     stop_all()
+    stop_all_containers()
+    if config.getoption("harness_runner") == "container" and not _docker_missing(config):
+        sweep_containers(docker_engine(), session=SESSION_ID)
 
 
 @pytest.fixture(scope="session")
@@ -187,32 +216,53 @@ def fixture_set() -> modelgen.FixtureSet:
 
 
 @pytest.fixture(scope="session")
-def server_runner(pytestconfig: pytest.Config, llama_server_binary: Path,
-                  tmp_path_factory: pytest.TempPathFactory) -> SubprocessRunner:
+def container_image(pytestconfig: pytest.Config, harness_build: BuildUnderTest) -> str:
+    """The image the container runner starts: --harness-image, the build's, or the CPU one."""
+    named = pytestconfig.getoption("harness_image")
+    if named:
+        return str(named)
+    if harness_build.info is not None and harness_build.info.image:
+        return harness_build.info.image
+    cache = cache_root()
+    try:
+        built = build_image(docker_engine(), cache, resolve_source(cache, None), BuildRequest())
+    except HarnessError as exc:
+        raise pytest.UsageError(f"no llama-server image for the container runner: {exc}") \
+            from exc
+    assert built.info.image is not None
+    return built.info.image
+
+
+@pytest.fixture(scope="session")
+def server_runner(request: pytest.FixtureRequest, pytestconfig: pytest.Config,
+                  llama_server_binary: Path,
+                  tmp_path_factory: pytest.TempPathFactory) -> ServerRunnerLike:
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    env: dict[str, str] | None = None
+    shared: dict[str, str] | None = None
     threads: int | None = None
     if workers > 1:
         # Servers of parallel workers share the cores: give each its share, and keep
         # llama.cpp's OpenMP threads from spinning while they wait (measured: with
         # spinning, two workers on 2 cores ran the suites slower than one).
-        env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+        shared = {"OMP_WAIT_POLICY": "PASSIVE"}
         threads = max(1, (os.cpu_count() or 1) // workers)
-    return SubprocessRunner(
-        llama_server_binary,
-        tmp_path_factory.mktemp("server-logs"),
-        ready_timeout_s=pytestconfig.getoption("harness_ready_timeout"),
-        env=env,
-        default_threads=threads,
-    )
+    log_dir = tmp_path_factory.mktemp("server-logs")
+    timeout = pytestconfig.getoption("harness_ready_timeout")
+    if pytestconfig.getoption("harness_runner") == "container":
+        image = request.getfixturevalue("container_image")
+        return ContainerRunner(image, log_dir, ready_timeout_s=timeout, env=shared,
+                               default_threads=threads)
+    return SubprocessRunner(llama_server_binary, log_dir, ready_timeout_s=timeout,
+                            env={**os.environ, **shared} if shared else None,
+                            default_threads=threads)
 
 
 @pytest.fixture
-def start_server(server_runner: SubprocessRunner) -> Iterator[StartServer]:
+def start_server(server_runner: ServerRunnerLike) -> Iterator[StartServer]:
     """Factory: ``start_server(LaunchSpec(...))`` returns a ready server, stopped after the test."""
-    started: list[SubprocessServer] = []
+    started: list[Server] = []
 
-    def start(spec: LaunchSpec) -> SubprocessServer:
+    def start(spec: LaunchSpec) -> Server:
         server = server_runner.start(spec)
         started.append(server)
         return server
@@ -223,7 +273,7 @@ def start_server(server_runner: SubprocessRunner) -> Iterator[StartServer]:
 
 
 PlanFor = Callable[..., LaunchPlan]
-LaunchPlanned = Callable[[LaunchPlan], SubprocessServer]
+LaunchPlanned = Callable[[LaunchPlan], Server]
 
 
 @pytest.fixture(scope="session")
@@ -253,14 +303,14 @@ def plan_for(fixture_set: modelgen.FixtureSet, harness_build: BuildUnderTest) ->
 
 
 @pytest.fixture
-def launch(server_runner: SubprocessRunner) -> Iterator[LaunchPlanned]:
+def launch(server_runner: ServerRunnerLike) -> Iterator[LaunchPlanned]:
     """Dispatch a plan to the llama-cpp backend; every server is stopped after the test."""
     dispatcher = Dispatcher({InferenceBackend.LLAMA_CPP: LlamaCppBackend(server_runner)})
-    started: list[SubprocessServer] = []
+    started: list[Server] = []
 
-    def start(plan: LaunchPlan) -> SubprocessServer:
+    def start(plan: LaunchPlan) -> Server:
         server = dispatcher.dispatch(plan)
-        assert isinstance(server, SubprocessServer)
+        assert isinstance(server, SubprocessServer | ContainerServer)
         started.append(server)
         return server
 

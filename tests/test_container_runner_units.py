@@ -1,0 +1,54 @@
+"""The container runner's pure helpers: exit statuses, mounts, absolute paths."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from harness.planning.launch import LaunchSpec
+from harness.runners.container_runner import absolute_paths, spec_mounts, status_from_docker
+
+
+@pytest.mark.parametrize(("docker_status", "expected"), [
+    (0, 0),
+    (1, 1),
+    (128, 128),  # not a signal: 128 + 0
+    (128 + signal.SIGKILL, -signal.SIGKILL),
+    (128 + signal.SIGSEGV, -signal.SIGSEGV),
+    (128 + signal.SIGTERM, -signal.SIGTERM),
+    (128 + int(signal.SIGRTMAX), -int(signal.SIGRTMAX)),
+    (255, 255),  # beyond any signal number
+])
+def test_docker_signal_statuses_become_negative_signals(docker_status: int,
+                                                        expected: int) -> None:
+    assert status_from_docker(docker_status) == expected
+
+
+def test_every_path_the_spec_names_is_mounted_once(tmp_path: Path) -> None:
+    model, drafter, lora = (tmp_path / name for name in ("m.gguf", "d.gguf", "l.gguf"))
+    for path in (model, drafter, lora):
+        path.write_bytes(b"GGUF")
+    spec = LaunchSpec(model=model, drafter=drafter,
+                      extra_args=("--lora", str(lora), "--model-alias", "x", "--lora",
+                                  str(lora), "--slot-save-path", str(tmp_path)))
+    # Folders are not mounted (a server writing there needs more than read-only).
+    assert spec_mounts(spec) == [model, drafter, lora]
+
+
+def test_a_missing_file_is_not_mounted(tmp_path: Path) -> None:
+    # The server then says "failed to load model" itself, as outside a container.
+    assert spec_mounts(LaunchSpec(model=tmp_path / "missing.gguf")) == []
+
+
+def test_relative_paths_become_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    spec = absolute_paths(LaunchSpec(model=Path("m.gguf"), ctx_size=256))
+    assert spec.model == tmp_path / "m.gguf"
+    assert spec.ctx_size == 256
+    assert spec_mounts(spec) == [tmp_path / "m.gguf"]
+    unchanged = LaunchSpec(model=Path(os.sep, "abs.gguf"))
+    assert absolute_paths(unchanged) is unchanged
