@@ -37,6 +37,7 @@ from harness.runners.container_runner import (
     ContainerRunner,
     ContainerServer,
     sweep_containers,
+    sweep_orphans,
 )
 from harness.runners.container_runner import stop_all as stop_all_containers
 from harness.runners.dispatch import Dispatcher, LlamaCppBackend
@@ -98,8 +99,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             pytest.exit(f"--harness-runner=container: {missing}",
                         returncode=pytest.ExitCode.USAGE_ERROR)
         if not hasattr(session.config, "workerinput"):
-            # Only the controller sweeps: containers an interrupted run left behind.
-            sweep_containers(docker_engine())
+            # Only the controller sweeps: containers an interrupted run left behind
+            # (their owner process is gone); a live parallel session keeps its own.
+            sweep_orphans(docker_engine())
     required = session.config.getoption("harness_require_gpu")
     if required:
         missing = _gpu_missing(session.config, Backend(required))

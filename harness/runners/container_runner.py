@@ -32,6 +32,7 @@ import dataclasses
 import math
 import os
 import signal
+import socket
 import threading
 import time
 import uuid
@@ -40,6 +41,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+import psutil
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer
@@ -69,6 +71,10 @@ MANAGED_LABEL = "org.llama-harness.managed"
 SESSION_LABEL = "org.llama-harness.session"
 #: This process's session id, the value of SESSION_LABEL on its containers.
 SESSION_ID = uuid.uuid4().hex
+#: The host and pid of the process that started the container: a sweep removes the
+#: containers whose owner is gone, and never a live session's.
+OWNER_LABEL = "org.llama-harness.owner"
+OWNER = f"{socket.gethostname()}:{os.getpid()}"
 #: Docker reports "killed by signal N" as 128+N (the shell convention); N is at most
 #: SIGRTMAX on Linux.
 _SIGNAL_BASE = 128
@@ -174,7 +180,8 @@ class LlamaServerContainer(DockerContainer):
             # An explicit (empty) network keeps testcontainers from looking for a
             # docker-in-docker network, which would override host networking.
             "network": None,
-            "labels": {**(labels or {}), MANAGED_LABEL: "1", SESSION_LABEL: SESSION_ID},
+            "labels": {**(labels or {}), MANAGED_LABEL: "1", SESSION_LABEL: SESSION_ID,
+                       OWNER_LABEL: OWNER},
             # docker-init (tini) as PID 1 forwards SIGTERM and reports a server killed by
             # a signal as 128+N; the server as PID 1 would not die of signals it does not
             # handle, unlike the same server as a child process.
@@ -447,6 +454,28 @@ def sweep_containers(client: Any, older_than_s: float | None = None, *,
             client.api.remove_container(summary["Id"], force=True, v=True)
         except APIError as exc:
             # Another sweep (or the owner's stop) got there first.
+            if exc.status_code in (404, 409):
+                continue
+            raise
+        removed += 1
+    return removed
+
+
+def sweep_orphans(client: Any) -> int:
+    """Remove the managed containers whose owning process on this host has ended.
+
+    For session start: a harness killed outright leaves its containers running, while a
+    live session (another xdist worker, a parallel run) keeps its own.
+    """
+    host = socket.gethostname()
+    removed = 0
+    for summary in client.api.containers(all=True, filters={"label": f"{MANAGED_LABEL}=1"}):
+        owner_host, _, pid = (summary.get("Labels") or {}).get(OWNER_LABEL, "").rpartition(":")
+        if owner_host != host or (pid.isdigit() and psutil.pid_exists(int(pid))):
+            continue
+        try:
+            client.api.remove_container(summary["Id"], force=True, v=True)
+        except APIError as exc:
             if exc.status_code in (404, 409):
                 continue
             raise
