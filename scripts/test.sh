@@ -17,6 +17,7 @@ raise SystemExit(1 if why() else 0)'
 if docker_ready; then
   .venv/bin/harness base-image --distro debian:13 >/dev/null
   .venv/bin/harness build --backend cpu --container >/dev/null
+  .venv/bin/harness build --backend vulkan --container >/dev/null
 else
   echo "test: no Docker engine answers: docker-marked tests skip and the container runs of" \
        "the suites are left out (start one: dockerd --bridge=none --iptables=false &)" >&2
