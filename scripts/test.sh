@@ -28,5 +28,5 @@ workers=${HARNESS_TEST_WORKERS:-2}
 if docker_ready; then
   .venv/bin/python -m pytest -n "$workers" --harness-runner container \
     suites/test_smoke.py suites/test_routing.py suites/test_plan_forwarding.py \
-    suites/test_drafter_fallback.py suites/test_gpu_unused.py
+    suites/test_drafter_fallback.py suites/test_gpu_unused.py suites/test_offload_ladders.py
 fi

@@ -85,3 +85,29 @@ def test_an_unknown_build_key_lists_the_known_ones(pytester: pytest.Pytester,
                                            f"--basetemp={tmp_path / 'bt'}")
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*neither a build.json, a llama-server binary nor a build key*"])
+
+
+def test_the_container_runner_without_an_engine_fails_at_session_start(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess("--harness-runner=container")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    output = result.stdout.str() + result.stderr.str()
+    assert "--harness-runner=container: no Docker engine answers" in output
+    assert "dockerd --bridge=none --iptables=false" in output
+
+
+def test_docker_tests_skip_with_the_reason_when_no_engine_answers(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.docker
+        def test_needs_docker():
+            assert False, "must not run without an engine"
+    """)
+    result = pytester.runpytest_subprocess("-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*no Docker engine answers*"])
