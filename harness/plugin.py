@@ -17,13 +17,14 @@ from pathlib import Path
 import pytest
 
 from harness import modelgen
-from harness.builds.container_build import build_image
+from harness.builds.container_build import build_image, image_backend
 from harness.builds.resolve import ensure_build, resolve_source
 from harness.builds.under_test import BuildUnderTest, from_result, resolve_named_build
 from harness.errors import HarnessError
 from harness.facts.build import Backend, Capabilities
 from harness.paths import cache_root
 from harness.planning.build_plan import BuildRequest
+from harness.planning.container_gpu import plan_gpu_access
 from harness.planning.launch import LaunchSpec
 from harness.planning.plan import LaunchPlan, PlanRequest, plan_launch
 from harness.planning.routing import InferenceBackend
@@ -252,8 +253,16 @@ def server_runner(request: pytest.FixtureRequest, pytestconfig: pytest.Config,
     timeout = pytestconfig.getoption("harness_ready_timeout")
     if pytestconfig.getoption("harness_runner") == "container":
         image = request.getfixturevalue("container_image")
+        # The image's backend decides what the container is given: the NVIDIA device
+        # request, AMD's /dev/kfd and /dev/dri, or /dev/dri for Vulkan (main GPU 0, as
+        # every card config plans it).
+        client = docker_engine()
+        try:
+            gpu = plan_gpu_access(image_backend(client, image), main_gpu=0)
+        finally:
+            client.close()
         return ContainerRunner(image, log_dir, ready_timeout_s=timeout, env=shared,
-                               default_threads=threads)
+                               default_threads=threads, gpu=gpu)
     return SubprocessRunner(llama_server_binary, log_dir, ready_timeout_s=timeout,
                             env={**os.environ, **shared} if shared else None,
                             default_threads=threads)

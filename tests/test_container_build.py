@@ -18,6 +18,7 @@ import pytest
 from harness.builds.container_build import (
     BUILD_LABEL,
     build_image,
+    image_backend,
     list_images,
     resolve_bases,
 )
@@ -65,6 +66,7 @@ def test_an_image_is_built_labelled_recorded_and_then_a_cache_hit(
         assert (built.directory / "build.json").is_file()
         assert (built.directory / "build.log").read_text().count("cmake") > 0
         assert info.key in {listed.key for listed in list_images(client)}
+        assert image_backend(client, info.image) is Backend.CPU
         again = build_image(client, cache, source, BuildRequest())
         assert again.cache_hit
         assert again.info == info

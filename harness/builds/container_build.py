@@ -133,6 +133,12 @@ def list_images(client: Any) -> list[BuildInfo]:
     return [info for _, info in sorted(found, key=lambda item: item[0], reverse=True)]
 
 
+def image_backend(client: Any, image: str) -> Backend:
+    """The backend an image was built for, from its build label (unlabelled: CPU)."""
+    label = client.images.get(image).labels.get(BUILD_LABEL)
+    return BuildInfo.from_json(json.loads(label)).backend if label else Backend.CPU
+
+
 def _finished(client: Any, directory: Path, tag: str) -> ContainerBuild | None:
     record = directory / "build.json"
     if not record.is_file() or not _present(client, tag):
