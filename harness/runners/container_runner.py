@@ -63,7 +63,7 @@ from harness.runners.subprocess_runner import (
     LOOPBACK,
     _counter,
 )
-from harness.supervise.readiness import WaitCondition, default_conditions, wait_until_ready
+from harness.supervise.readiness import WaitCondition, default_conditions, ready_or_stopped
 
 #: Every container the harness starts carries this label (value "1"); sweeps go by it.
 MANAGED_LABEL = "org.llama-harness.managed"
@@ -423,13 +423,7 @@ class ContainerRunner:
 
     def start(self, spec: LaunchSpec) -> ContainerServer:
         """Start a server and wait until it serves; on any failure it is stopped first."""
-        server = self.launch(spec)
-        try:
-            wait_until_ready(server, self.conditions, self.ready_timeout_s)
-        except BaseException:
-            server.stop()
-            raise
-        return server
+        return ready_or_stopped(self.launch(spec), self.conditions, self.ready_timeout_s)
 
 
 def sweep_containers(client: Any, older_than_s: float | None = None, *,
@@ -450,15 +444,20 @@ def sweep_containers(client: Any, older_than_s: float | None = None, *,
         # The list API gives "Created" as Unix seconds.
         if older_than_s is not None and now - float(summary["Created"]) < older_than_s:
             continue
-        try:
-            client.api.remove_container(summary["Id"], force=True, v=True)
-        except APIError as exc:
-            # Another sweep (or the owner's stop) got there first.
-            if exc.status_code in (404, 409):
-                continue
-            raise
-        removed += 1
+        removed += _remove(client, summary["Id"])
     return removed
+
+
+def _remove(client: Any, container_id: str) -> int:
+    """Force-remove one container; 1 if this call removed it, 0 if it was already going."""
+    try:
+        client.api.remove_container(container_id, force=True, v=True)
+    except APIError as exc:
+        # Another sweep (or the owner's stop) got there first.
+        if exc.status_code in (404, 409):
+            return 0
+        raise
+    return 1
 
 
 def sweep_orphans(client: Any) -> int:
@@ -473,13 +472,7 @@ def sweep_orphans(client: Any) -> int:
         owner_host, _, pid = (summary.get("Labels") or {}).get(OWNER_LABEL, "").rpartition(":")
         if owner_host != host or (pid.isdigit() and psutil.pid_exists(int(pid))):
             continue
-        try:
-            client.api.remove_container(summary["Id"], force=True, v=True)
-        except APIError as exc:
-            if exc.status_code in (404, 409):
-                continue
-            raise
-        removed += 1
+        removed += _remove(client, summary["Id"])
     return removed
 
 

@@ -30,7 +30,7 @@ from harness.runners.base import read_log_tail
 from harness.supervise.readiness import (
     WaitCondition,
     default_conditions,
-    wait_until_ready,
+    ready_or_stopped,
 )
 
 DEFAULT_READY_TIMEOUT_S = 120.0
@@ -175,13 +175,7 @@ class SubprocessRunner:
 
     def start(self, spec: LaunchSpec) -> SubprocessServer:
         """Start a server and wait until it serves; on any failure it is stopped first."""
-        server = self.launch(spec)
-        try:
-            wait_until_ready(server, self.conditions, self.ready_timeout_s)
-        except BaseException:
-            server.stop()
-            raise
-        return server
+        return ready_or_stopped(self.launch(spec), self.conditions, self.ready_timeout_s)
 
 
 def stop_all() -> None:

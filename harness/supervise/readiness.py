@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from harness.client import ServerClient, shared_pool
 from harness.errors import ServerApiError, ServerError, ServerExitedError, ServerNotReadyError
@@ -120,6 +120,20 @@ def wait_until_ready(
                 "with HARNESS_READY_TIMEOUT if the model is simply slow to load",
             ))
         sleep(poll_interval_s)
+
+
+ServerT = TypeVar("ServerT", bound=RunningServer)
+
+
+def ready_or_stopped(server: ServerT, conditions: Sequence[WaitCondition],
+                     timeout_s: float) -> ServerT:
+    """Wait until ``server`` is ready; one that is not is stopped before the error goes on."""
+    try:
+        wait_until_ready(server, conditions, timeout_s)
+    except BaseException:
+        server.stop()
+        raise
+    return server
 
 
 def describe_failure(server: RunningServer, headline: str, hint: str) -> str:
