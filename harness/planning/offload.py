@@ -201,6 +201,16 @@ def _plan_by_estimate(model: ModelFacts, budget: _Budget) -> OffloadPlan:
                        "split its FFN — whole-layer fit left to llama-server")
 
 
+def _fits_whole(weights: int, budget: _Budget, what: str) -> OffloadPlan | None:
+    """Full GPU residency when exact weights and the reserves fit VRAM, else None."""
+    if weights + budget.reserves > budget.vram:
+        return None
+    return OffloadPlan(
+        OffloadKind.NONE, None, None, 0, weights, 0, budget.reserves, True,
+        f"{what} fits VRAM (weights {_mib(weights)} + reserves {_mib(budget.reserves)} ≤ "
+        f"{_mib(budget.vram)}) — full GPU residency")
+
+
 def _plan_moe(model: ModelFacts, layers: Sequence[LayerBytes], budget: _Budget) -> OffloadPlan:
     """MoE with exact sizes: keep the largest trailing suffix of expert layers on the GPU."""
     experts = [layer.expert for layer in layers]
@@ -209,11 +219,8 @@ def _plan_moe(model: ModelFacts, layers: Sequence[LayerBytes], budget: _Budget) 
     residue = model.non_layer_bytes + sum(layer.other + layer.dense_ffn for layer in layers)
     weights = residue + expert_total
     blocks = model.block_count
-    if weights + budget.reserves <= budget.vram:
-        return OffloadPlan(
-            OffloadKind.NONE, None, None, 0, weights, 0, budget.reserves, True,
-            f"MoE fits VRAM (weights {_mib(weights)} + reserves {_mib(budget.reserves)} ≤ "
-            f"{_mib(budget.vram)}) — full GPU residency")
+    if fits := _fits_whole(weights, budget, "MoE"):
+        return fits
     expert_budget = budget.vram - budget.reserves - residue
     if expert_budget < 0:
         return OffloadPlan(
@@ -247,11 +254,8 @@ def _plan_dense(model: ModelFacts, layers: Sequence[LayerBytes], budget: _Budget
     residue = model.non_layer_bytes + sum(layer.other + layer.expert for layer in layers)
     weights = residue + ffn_total
     blocks = model.block_count
-    if weights + budget.reserves <= budget.vram:
-        return OffloadPlan(
-            OffloadKind.NONE, None, None, 0, weights, 0, budget.reserves, True,
-            f"dense model fits VRAM (weights {_mib(weights)} + reserves "
-            f"{_mib(budget.reserves)} ≤ {_mib(budget.vram)}) — full GPU residency")
+    if fits := _fits_whole(weights, budget, "dense model"):
+        return fits
     if ffn_total <= 0:
         return _engine_fit(budget, True,
                            f"dense model over VRAM (weights {_mib(weights)} + reserves "
