@@ -27,6 +27,12 @@ from harness.plan_cli import plan_command
 from harness.planning.base_image import SUITES
 from harness.planning.build_plan import BuildRequest
 from harness.probes.docker_engine import docker_engine
+from harness.recording.run_file import new_run_id
+from harness.report.allure import generate_report
+from harness.report.report_cli import default_history_path, report_command
+from harness.results.compare_cli import compare_command
+from harness.results.store_cli import store_command, store_run
+from harness.service.cli import serve_command, upload_command
 
 console = Console(stderr=True)
 
@@ -108,23 +114,53 @@ def fixtures(out: Path | None, record: bool, check: bool) -> None:
 @cli.command()
 @click.option("--alluredir", type=click.Path(path_type=Path, file_okay=False),
               default=REPO_ROOT / "allure-results", show_default=True)
+@click.option("--report-dir", type=click.Path(path_type=Path, file_okay=False),
+              default=REPO_ROOT / "allure-report", show_default=True,
+              help="Where the Allure HTML report is written.")
+@click.option("--run-record", type=click.Path(path_type=Path, dir_okay=False),
+              default=REPO_ROOT / "harness-run" / "run.json", show_default=True,
+              help="Where the run record (outcomes, hardware, build, figures) is written.")
+@click.option("--results-url", envvar="HARNESS_RESULTS_URL", default=None,
+              help="Results store for the run record [env HARNESS_RESULTS_URL; default: a "
+                   "SQLite file in the harness cache].")
+@click.option("--single-file", is_flag=True,
+              help="Also write the report as one self-contained HTML file (a CI artifact).")
 @click.option("--workers", default="auto", show_default=True,
               help="pytest-xdist workers for the suites.")
 @click.argument("pytest_args", nargs=-1)
-def run(alluredir: Path, workers: str, pytest_args: tuple[str, ...]) -> None:
-    """The main job: build the CPU server if needed, write fixtures, run the suites."""
+def run(*, alluredir: Path, report_dir: Path, run_record: Path, results_url: str | None,
+        single_file: bool, workers: str, pytest_args: tuple[str, ...]) -> None:
+    """The main job: build, fixtures, suites, run record into the store, Allure report."""
     result = _build_with_progress(BuildRequest(), None)
     fixture_set = modelgen.ensure_fixtures()
     console.print(f"[bold]fixtures[/] {fixture_set.root}")
+    run_record.unlink(missing_ok=True)
+    run_id = new_run_id()
     argv = [
         sys.executable, "-m", "pytest", str(REPO_ROOT / "suites"), "-n", workers,
         f"--alluredir={alluredir}", "--clean-alluredir",
-        f"--harness-server-bin={result.info.binary}", *pytest_args,
+        f"--harness-server-bin={result.info.binary}", f"--harness-run-record={run_record}",
+        *pytest_args,
     ]
     console.print("[bold]running[/] " + " ".join(argv[2:]))
-    code = subprocess.call(argv, cwd=REPO_ROOT)
+    code = subprocess.call(argv, cwd=REPO_ROOT, env={**os.environ, "HARNESS_RUN_ID": run_id})
     console.print(f"[bold]Allure results[/] {alluredir}")
+    if run_record.is_file():
+        stored, created, where = store_run(run_record, results_url)
+        state = "stored" if created else "already stored"
+        console.print(f"[bold]run {stored.run_id}[/] {state} in {where} "
+                      f"({len(stored.figures)} figures); record {run_record}", soft_wrap=True)
+    else:
+        console.print(f"no run record at {run_record}: pytest ended before writing it")
+    report = generate_report(alluredir, report_dir, history_path=default_history_path())
+    for problem in report.problems:
+        console.print(f"warning: left out of the report: {problem}", markup=False)
+    if single_file:
+        single = generate_report(alluredir, report_dir.with_name(report_dir.name + "-single"),
+                                 history_path=None, single_file=True)
+        console.print(f"[bold]single-file report[/] {single.index_html}", soft_wrap=True)
     console.print(f"[bold]suites {'passed' if code == 0 else 'FAILED'}[/] (pytest exit {code})")
+    console.print(f"[bold]Allure report[/] {report.index_html}", soft_wrap=True)
     sys.exit(code)
 
 
@@ -186,6 +222,11 @@ def _progress_bar(request: BuildRequest) -> Iterator[ProgressCallback]:
 
 
 cli.add_command(plan_command)
+cli.add_command(report_command)
+cli.add_command(compare_command)
+cli.add_command(store_command)
+cli.add_command(serve_command)
+cli.add_command(upload_command)
 
 
 @cli.command("base-image")

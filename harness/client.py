@@ -108,7 +108,7 @@ class ServerClient:
                                  "expected a list")
         return data
 
-    def completion(self, prompt: str, n_predict: int = 16, temperature: float = 0.0,
+    def completion(self, prompt: str | list[int], n_predict: int = 16, temperature: float = 0.0,
                    **options: Any) -> Completion:
         payload = {"prompt": prompt, "n_predict": n_predict, "temperature": temperature,
                    "cache_prompt": False, **options}

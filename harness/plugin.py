@@ -33,6 +33,7 @@ from harness.probes.devices import Device, list_devices
 from harness.probes.docker_engine import docker_engine, engine_unavailable
 from harness.probes.gguf_facts import read_model_facts
 from harness.probes.gpu_configs import load_fork_kv_types, load_gpu_configs
+from harness.recording.pytest_plugin import RecordingPlugin
 from harness.runners.container_runner import (
     SESSION_ID,
     ContainerRunner,
@@ -42,6 +43,7 @@ from harness.runners.container_runner import (
 )
 from harness.runners.container_runner import stop_all as stop_all_containers
 from harness.runners.dispatch import Dispatcher, LlamaCppBackend
+from harness.runners.observe import notify_planned
 from harness.runners.subprocess_runner import (
     DEFAULT_READY_TIMEOUT_S,
     SubprocessRunner,
@@ -77,6 +79,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--harness-source", default=os.environ.get("HARNESS_SOURCE"),
                     help="llama.cpp checkout to build instead of the pinned source "
                          "[env HARNESS_SOURCE].")
+    group.addoption("--harness-run-record", default=os.environ.get("HARNESS_RUN_RECORD") or None,
+                    help="write the run record (outcomes, hardware, build, performance "
+                         "figures of every server) to this run.json; servers are measured "
+                         "before they stop [env HARNESS_RUN_RECORD].")
+    group.addoption("--harness-threads", type=int,
+                    default=int(os.environ["HARNESS_THREADS"])
+                    if os.environ.get("HARNESS_THREADS") else None,
+                    help="--threads for every server whose launch leaves it unset; default: "
+                         "the server's own choice, or the cores shared out between xdist "
+                         "workers [env HARNESS_THREADS].")
     group.addoption("--harness-ready-timeout", type=float,
                     default=float(os.environ.get("HARNESS_READY_TIMEOUT",
                                                  DEFAULT_READY_TIMEOUT_S)),
@@ -84,12 +96,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    run_json = config.getoption("harness_run_record")
+    config.pluginmanager.register(
+        RecordingPlugin(config, Path(run_json).resolve() if run_json else None,
+                        lambda: config.stash.get(_BUILD_KEY, None)),
+        "harness-recording")
     config.addinivalue_line("markers", "server: the test starts a real llama-server")
     config.addinivalue_line(
         "markers", "gpu(backend): the test needs a build and a device of this GPU backend "
         "(cuda, rocm or vulkan); skipped without one unless --harness-require-gpu names it")
     config.addinivalue_line(
         "markers", "docker: the test needs a Docker engine; skipped with the reason without one")
+    config.addinivalue_line(
+        "markers", "alone: the test measures speed, so it runs after the parallel run with "
+        "nothing beside it (scripts/test.sh runs `-m alone` on its own)")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -184,6 +204,9 @@ def pytest_keyboard_interrupt() -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    recording = config.pluginmanager.get_plugin("harness-recording")
+    if isinstance(recording, RecordingPlugin):
+        recording.close()
     stop_all()
     stop_all_containers()
     if config.getoption("harness_runner") == "container" and not _docker_missing(config):
@@ -249,6 +272,9 @@ def server_runner(request: pytest.FixtureRequest, pytestconfig: pytest.Config,
         # spinning, two workers on 2 cores ran the suites slower than one).
         shared = {"OMP_WAIT_POLICY": "PASSIVE"}
         threads = max(1, (os.cpu_count() or 1) // workers)
+    pinned = pytestconfig.getoption("harness_threads")
+    if pinned is not None:
+        threads = pinned
     log_dir = tmp_path_factory.mktemp("server-logs")
     timeout = pytestconfig.getoption("harness_ready_timeout")
     if pytestconfig.getoption("harness_runner") == "container":
@@ -308,7 +334,9 @@ def plan_for(fixture_set: modelgen.FixtureSet, harness_build: BuildUnderTest) ->
             request = PlanRequest(model_path=path, model=read_model_facts(path))
         request = dataclasses.replace(request, configs=configs, fork_kv_types=forks,
                                       capabilities=capabilities, build_key=harness_build.key)
-        return plan_launch(dataclasses.replace(request, **changes))  # type: ignore[arg-type]
+        made = plan_launch(dataclasses.replace(request, **changes))  # type: ignore[arg-type]
+        notify_planned(made)
+        return made
 
     return plan
 
@@ -320,6 +348,7 @@ def launch(server_runner: ServerRunnerLike) -> Iterator[LaunchPlanned]:
     started: list[Server] = []
 
     def start(plan: LaunchPlan) -> Server:
+        notify_planned(plan)
         server = dispatcher.dispatch(plan)
         assert isinstance(server, SubprocessServer | ContainerServer)
         started.append(server)

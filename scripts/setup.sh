@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Prepares a checkout to run: Debian packages a fresh machine may lack, then the
-# virtual environment with the pinned Python dependencies. Safe to run again.
+# Prepares a checkout to run: Debian packages a fresh machine may lack, the virtual
+# environment with the pinned Python dependencies, and the pinned Allure 3 report
+# generator (npm, package-lock.json). Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -8,6 +9,7 @@ missing=()
 command -v c++ >/dev/null || missing+=(g++)
 command -v make >/dev/null || command -v ninja >/dev/null || missing+=(make)
 python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
+command -v npm >/dev/null || missing+=(nodejs npm)
 if ((${#missing[@]})); then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "setup: installing ${missing[*]}" >&2
@@ -26,4 +28,12 @@ want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
   echo "$want" > "$stamp"
+fi
+
+# The Allure 3 CLI: reinstalled only when the lock file changes.
+npm_stamp=node_modules/.harness-lock
+npm_want=$(sha256sum package-lock.json | cut -d' ' -f1)
+if [ "$(cat "$npm_stamp" 2>/dev/null)" != "$npm_want" ]; then
+  npm ci --no-audit --no-fund --loglevel=error >/dev/null
+  echo "$npm_want" > "$npm_stamp"
 fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's tests: ruff, mypy, then pytest (unit tests and the suites against the
-# real server) on two xdist workers, and — where a Docker engine answers — the suites
-# again against the server in containers. Builds come first so their progress shows here
+# real server) on two xdist workers, the speed-measuring tests alone, and — where a
+# Docker engine answers — the suites again against the server in containers. Builds come first so their progress shows here
 # rather than inside a test's timeout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +24,9 @@ else
 fi
 workers=${HARNESS_TEST_WORKERS:-2}
 # pytest exits 5 when it collected no tests; set -e makes that fail the run too.
-.venv/bin/python -m pytest -n "$workers" "$@"
+.venv/bin/python -m pytest -n "$workers" -m "not alone" "$@"
+# Tests that measure speed run afterwards with nothing beside them.
+.venv/bin/python -m pytest -p no:xdist -m alone "$@"
 if docker_ready; then
   .venv/bin/python -m pytest -n "$workers" --harness-runner container \
     suites/test_smoke.py suites/test_routing.py suites/test_plan_forwarding.py \

@@ -31,6 +31,7 @@ def _write(tmp_path: Path, name: str, obj: dict[str, Any]) -> Path:
 
 def test_names_are_the_spec_files_in_name_order() -> None:
     assert FIXTURE_NAMES == (
+        "bench",
         "dense",
         "drafter",
         "drafter-corrupt",

@@ -53,6 +53,7 @@ from harness.planning.launch import LaunchSpec
 from harness.probes.docker_engine import docker_engine
 from harness.probes.gpu_access import check_gpu_access
 from harness.runners.base import read_log_tail
+from harness.runners.observe import notify_launched, notify_stopping
 
 # The log-line pattern and the log-file counter are the subprocess runner's own, so both
 # runners read the port the same way and never name two log files alike in one process.
@@ -324,6 +325,18 @@ class ContainerServer:
     def container_id(self) -> str:
         return self._container.get_container_id()
 
+    def host_pid(self) -> int | None:
+        """The server's process id as this host sees it (containers share the host kernel)."""
+        wrapped = self._container.get_wrapped_container()
+        if wrapped is None:
+            return None
+        try:
+            wrapped.reload()
+        except DockerException:
+            return None
+        pid = int((wrapped.attrs.get("State") or {}).get("Pid") or 0)
+        return pid or None
+
     @property
     def port(self) -> int | None:
         """The bound port, once the server has announced it in its log."""
@@ -345,6 +358,8 @@ class ContainerServer:
     def stop(self) -> int | None:
         """Stop and remove the container; idempotent. Returns the exit status."""
         try:
+            if self._container.exit_status() is None:
+                notify_stopping(self)
             self._container.stop()
         finally:
             with _live_lock:
@@ -419,6 +434,7 @@ class ContainerRunner:
         server = ContainerServer(container, argv)
         with _live_lock:
             _live[id(server)] = server
+        notify_launched(server, spec)
         return server
 
     def start(self, spec: LaunchSpec) -> ContainerServer:

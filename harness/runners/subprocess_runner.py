@@ -27,6 +27,7 @@ from types import TracebackType
 from harness.errors import ServerError
 from harness.planning.launch import LaunchSpec
 from harness.runners.base import read_log_tail
+from harness.runners.observe import notify_launched, notify_stopping
 from harness.supervise.readiness import (
     WaitCondition,
     default_conditions,
@@ -110,6 +111,7 @@ class SubprocessServer:
         """SIGTERM, wait up to the grace period, then SIGKILL. Safe to call twice."""
         with self._lock:
             if self._process.poll() is None:
+                notify_stopping(self)
                 self._process.send_signal(signal.SIGTERM)
                 try:
                     self._process.wait(self._stop_grace_s)
@@ -171,6 +173,7 @@ class SubprocessRunner:
             )
         server = SubprocessServer(argv, log_path, process, self.stop_grace_s)
         _live.add(server)
+        notify_launched(server, spec)
         return server
 
     def start(self, spec: LaunchSpec) -> SubprocessServer:

@@ -15,6 +15,7 @@ from typing import Protocol, TypeVar
 from harness.client import ServerClient, shared_pool
 from harness.errors import ServerApiError, ServerError, ServerExitedError, ServerNotReadyError
 from harness.runners.base import RunningServer
+from harness.runners.observe import notify_ready
 
 LOG_TAIL_LINES = 40
 
@@ -111,6 +112,7 @@ def wait_until_ready(
                 break
             remaining.pop(0)
         if not remaining:
+            notify_ready(server)
             return
         if clock() >= deadline:
             raise ServerNotReadyError(describe_failure(

@@ -34,6 +34,7 @@ from harness.planning.offload import OffloadPlan
 from harness.planning.plan import LaunchPlan
 from harness.planning.retry import apply_rung, starting_rung, without_drafter
 from harness.runners.base import RunningServer
+from harness.runners.observe import notify_planned, notify_supervised
 from harness.supervise.readiness import WaitCondition, wait_until_ready
 from harness.verdicts.failure import FailureClass, StartFailure, classify_start_failure
 
@@ -131,6 +132,7 @@ class LaunchSupervisor(Generic[S]):
 
     def launch(self, plan: LaunchPlan) -> SupervisedLaunch[S]:
         """Start ``plan``; its offload plan is the top of the ladder an OOM walks down."""
+        notify_planned(plan)
         return self.launch_spec(plan.spec, plan.offload)
 
     def launch_spec(self, spec: LaunchSpec,
@@ -149,6 +151,7 @@ class LaunchSupervisor(Generic[S]):
             record = _AttemptRecord(len(attempts) + 1, spec, server, failure, rung)
             if failure is None:
                 attempts.append(record.done(SERVED))
+                notify_supervised(attempts, notes)
                 return SupervisedLaunch(server, tuple(attempts), tuple(notes))
             step = self._recovery(spec, rung, failure, [a.rung for a in attempts] + [rung])
             if isinstance(step, _Retry) and record.number >= self._max_attempts:
@@ -156,6 +159,7 @@ class LaunchSupervisor(Generic[S]):
                         f"{self._max_attempts}")
             if isinstance(step, str):
                 attempts.append(record.done(f"{GAVE_UP}: {step}"))
+                notify_supervised(attempts, notes)
                 raise LaunchFailedError(failure, tuple(attempts), step)
             attempts.append(record.done(step.action))
             spec, rung = step.spec, step.rung

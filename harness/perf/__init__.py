@@ -1,0 +1,1 @@
+"""Performance figures of a running server: what to measure, and measuring it."""

@@ -1,0 +1,133 @@
+"""Measures a running llama-server: speed from its timings, memory from the kernel.
+
+Speeds come from the server's own ``timings`` (prompt and decode tokens per second) on
+a fixed token-id prompt, so every fixture gets exactly the prompt length its key says,
+whatever its vocabulary. Time to first token is the client's clock on a streamed
+completion. Peak host memory is the process's ``VmHWM``; VRAM is read through NVML
+where it is installed and answers (the figure is left out otherwise, never guessed).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pynvml
+
+from harness.client import ServerClient, shared_pool
+from harness.verdicts.kv_log import parse_kv_cache_lines
+
+#: Token ids 3.. avoid the unknown/BOS/EOS ids (0-2) every fixture vocabulary starts with.
+_FIRST_ORDINARY_ID = 3
+_ID_SPREAD = 200
+
+
+@dataclass(frozen=True)
+class SpeedSample:
+    ttft_ms: float | None
+    prompt_tps: float | None
+    decode_tps: float | None
+
+
+def prompt_ids(n_tokens: int) -> list[int]:
+    """A deterministic prompt of exactly ``n_tokens`` ordinary token ids."""
+    return [_FIRST_ORDINARY_ID + (i * 7) % _ID_SPREAD for i in range(n_tokens)]
+
+
+def measure_speed(base_url: str, n_prompt: int, n_gen: int, repetitions: int,
+                  timeout_s: float = 60.0) -> SpeedSample:
+    """One streamed completion for time to first token, then ``repetitions`` timed ones.
+
+    Each speed is the median over the repetitions (one slow outlier does not move it).
+    """
+    prompt = prompt_ids(n_prompt)
+    prompt_speeds: list[float] = []
+    decode_speeds: list[float] = []
+    http = shared_pool()  # one process-wide keep-alive pool: borrowed, never closed here
+    with ServerClient(base_url, timeout_s=timeout_s, http=http) as client:
+        ttft = _time_to_first_token(http, base_url, prompt, timeout_s)
+        for _ in range(repetitions):
+            done = client.completion(prompt, n_predict=n_gen, ignore_eos=True)
+            timings = done.raw.get("timings") or {}
+            if timings.get("prompt_per_second"):
+                prompt_speeds.append(float(timings["prompt_per_second"]))
+            if timings.get("predicted_per_second") and done.tokens_predicted > 1:
+                decode_speeds.append(float(timings["predicted_per_second"]))
+    return SpeedSample(
+        ttft_ms=ttft,
+        prompt_tps=statistics.median(prompt_speeds) if prompt_speeds else None,
+        decode_tps=statistics.median(decode_speeds) if decode_speeds else None,
+    )
+
+
+def _time_to_first_token(http: httpx.Client, base_url: str, prompt: list[int],
+                         timeout_s: float) -> float | None:
+    payload = {"prompt": prompt, "n_predict": 4, "temperature": 0.0, "stream": True,
+               "cache_prompt": False, "ignore_eos": True}
+    started = time.perf_counter()
+    with http.stream("POST", f"{base_url.rstrip('/')}/completion", json=payload,
+                              timeout=timeout_s) as response:
+        if response.status_code != 200:
+            return None
+        for line in response.iter_lines():
+            if not line.startswith("data:"):
+                continue
+            try:
+                event = json.loads(line[len("data:"):])
+            except ValueError:
+                continue
+            if isinstance(event, dict) and event.get("content") is not None:
+                return (time.perf_counter() - started) * 1000.0
+    return None
+
+
+def peak_host_mib(pid: int | None) -> float | None:
+    """The process's peak resident set (``VmHWM``) in MiB; None once it is gone."""
+    if pid is None:
+        return None
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024.0
+    return None
+
+
+def vram_mib(pid: int | None) -> float | None:
+    """GPU memory the process holds, summed over devices, from NVML; None where unreadable."""
+    if pid is None:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # no NVIDIA driver here: the figure is simply not available
+        return None
+    try:
+        used = 0
+        found = False
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                if proc.pid == pid and proc.usedGpuMemory is not None:
+                    used += int(proc.usedGpuMemory)
+                    found = True
+        return used / (1024.0 * 1024.0) if found else None
+    except Exception:
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def kv_mib(log_text: str) -> float | None:
+    """Every KV cache the server logged (target, SWA, drafter), in MiB as printed."""
+    lines = parse_kv_cache_lines(log_text)
+    if not lines:
+        return None
+    return float(sum(line.size_mib for line in lines))
+
+

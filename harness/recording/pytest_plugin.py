@@ -1,0 +1,195 @@
+"""The recording half of the pytest plugin: Allure labels and attachments, figures, run.json.
+
+Registered by ``harness.plugin`` in every process. In each test it labels the Allure
+result (parent suite = the hardware, so one report can hold many runners), attaches
+each plan, argv, supervisor attempt, verdict, ``/props`` and startup log, and — when a
+run record is asked for — measures every server before it stops and appends the
+figures to this worker's file. The controller (the only process under xdist that sees
+every report) writes ``environment.properties``, ``categories.json`` and ``run.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import allure
+import pytest
+
+from harness.builds.under_test import BuildUnderTest
+from harness.perf.keys import figures
+from harness.probes.hardware import detect_hardware
+from harness.recording import story
+from harness.recording.outcomes import OutcomeTally
+from harness.recording.recorder import MeasureSettings, ServerRecorder, TestCapture
+from harness.recording.run_file import (
+    append_figures,
+    build_ref,
+    environment_properties,
+    new_run_id,
+    now_iso,
+    read_figures,
+    run_record,
+    write_run,
+)
+from harness.results.model import Hardware
+from harness.runners.observe import add_observer, remove_observer
+
+_FAILED = pytest.StashKey[bool]()
+JSON = allure.attachment_type.JSON
+TEXT = allure.attachment_type.TEXT
+#: allure-pytest ships no type hints; every call goes through this one untyped name.
+_dynamic: Any = allure.dynamic
+
+
+def figures_dir(run_json: Path) -> Path:
+    return run_json.with_name(run_json.name + ".figures")
+
+
+class RecordingPlugin:
+    def __init__(self, config: pytest.Config, run_json: Path | None,
+                 resolved_build: Any) -> None:
+        self.config = config
+        self.run_json = run_json
+        #: ``() -> BuildUnderTest | None``: the build, only once something resolved it
+        #: (a unit-test run must not build llama-server just to label its results).
+        self._resolved_build = resolved_build
+        self.is_worker = hasattr(config, "workerinput")
+        self.worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        self.recorder = ServerRecorder(MeasureSettings(enabled=run_json is not None))
+        self.tally = OutcomeTally()
+        self.started_at = now_iso()
+        self._hardware: Hardware | None = None
+        add_observer(self.recorder)
+        if run_json is not None and not self.is_worker:
+            shutil.rmtree(figures_dir(run_json), ignore_errors=True)
+
+    @property
+    def hardware(self) -> Hardware:
+        if self._hardware is None:
+            self._hardware = detect_hardware(self._devices())
+        return self._hardware
+
+    def _devices(self) -> tuple[Any, ...]:
+        from harness.plugin import devices_of_build  # noqa: PLC0415 (the plugin imports us)
+
+        return devices_of_build(self.config) if self._resolved_build() is not None else ()
+
+    def close(self) -> None:
+        remove_observer(self.recorder)
+
+    # -- per test ---------------------------------------------------------------------
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> None:
+        build: BuildUnderTest | None = self._resolved_build()
+        if build is not None and self.recorder.settings.backend != build.backend.value:
+            self.recorder.settings = MeasureSettings(
+                enabled=self.recorder.settings.enabled, backend=build.backend.value,
+                gpu=self.hardware.gpu)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> None:
+        # Before allure-pytest adds its default suites, so ours are the ones kept.
+        _dynamic.parent_suite(self.hardware.describe())
+        owner = getattr(item, "module", None)
+        module = owner.__name__.rsplit(".", 1)[-1] if owner is not None else item.name
+        _dynamic.suite(module)
+        _dynamic.feature(story.feature_of(module))
+        build: BuildUnderTest | None = self._resolved_build()
+        if build is not None:
+            _dynamic.label("backend", build.backend.value)
+            _dynamic.label("build", build.key)
+        _dynamic.label("gpu", self.hardware.gpu)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item,
+                                  call: pytest.CallInfo[None]) -> Any:
+        outcome = yield
+        report: pytest.TestReport = outcome.get_result()
+        if report.failed:
+            item.stash[_FAILED] = True
+        if report.when == "teardown":
+            capture = self.recorder.take()
+            self._attach(capture, failed=item.stash.get(_FAILED, False))
+            if self.run_json is not None:
+                append_figures(figures_dir(self.run_json) / f"{self.worker}.jsonl",
+                               [f for record in capture.servers if record.key is not None
+                                for f in figures(item.nodeid, record.key, record.figures)])
+
+    def _attach(self, capture: TestCapture, *, failed: bool) -> None:
+        build: BuildUnderTest | None = self._resolved_build()
+        backend = build.backend.value if build is not None else "cpu"
+        for number, plan in enumerate(capture.plans, 1):
+            allure.attach(_dump(story.plan_json(plan)), f"plan {number}", JSON)
+        for number, supervised in enumerate(capture.supervised, 1):
+            allure.attach(_dump(story.attempts_json(supervised)),
+                          f"supervisor attempts {number}", JSON)
+        fixtures = sorted({record.spec.model.stem for record in capture.servers})
+        for name in fixtures:
+            _dynamic.label("fixture", name)
+        for number, record in enumerate(capture.servers, 1):
+            prefix = f"server {number}"
+            allure.attach(" ".join(record.argv) + "\n", f"{prefix} argv", TEXT)
+            try:
+                log_text = record.log_path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                log_text = ""
+            allure.attach(_dump(story.verdicts_json(record, log_text, backend)),
+                          f"{prefix} verdicts", JSON)
+            if record.props is not None:
+                allure.attach(_dump(record.props), f"{prefix} /props", JSON)
+            if record.figures or record.measure_error:
+                allure.attach(_dump(story.figures_json(record)), f"{prefix} figures", JSON)
+            whole = failed or record.ready_at is None
+            allure.attach(story.trimmed_log(log_text, whole=whole),
+                          f"{prefix} startup log{'' if whole else ' (trimmed)'}", TEXT)
+
+    # -- per session (the controller) -----------------------------------------------------
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        message = None
+        if report.failed or report.skipped:
+            longrepr = report.longrepr
+            if isinstance(longrepr, tuple):
+                message = str(longrepr[2])
+            elif longrepr is not None:
+                message = str(getattr(longrepr, "reprcrash", None) or longrepr)[:2000]
+        self.tally.add(report.nodeid, report.when or "call", report.outcome, report.duration,
+                       message=message, wasxfail=hasattr(report, "wasxfail"))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.is_worker:
+            return
+        alluredir = getattr(self.config.option, "allure_report_dir", None)
+        if alluredir is None and self.run_json is None:
+            return
+        from harness.plugin import build_under_test  # noqa: PLC0415 (the plugin imports us)
+
+        build = build_under_test(self.config)
+        ref = build_ref(build.info, build.binary, build.key)
+        if alluredir is not None:
+            from harness.report.allure_meta import (  # noqa: PLC0415 (only with a report)
+                write_categories,
+                write_environment,
+            )
+
+            results = Path(alluredir)
+            results.mkdir(parents=True, exist_ok=True)
+            image = build.info.image if build.info is not None else None
+            write_environment(results, environment_properties(self.hardware, ref, image))
+            write_categories(results)
+        if self.run_json is not None:
+            record = run_record(run_id=new_run_id(), started_at=self.started_at,
+                                hardware=self.hardware, build=ref,
+                                outcomes=self.tally.outcomes(),
+                                figures=read_figures(figures_dir(self.run_json)))
+            write_run(self.run_json, record)
+
+
+def _dump(body: Any) -> str:
+    return json.dumps(body, indent=2, sort_keys=True, default=str)

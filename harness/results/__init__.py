@@ -1,0 +1,1 @@
+"""Run records, the results store and the baseline comparison."""

@@ -1,0 +1,178 @@
+"""What one harness run leaves behind: hardware, build, test outcomes and figures.
+
+These are plain values with a JSON form (``run.json``). The plugin writes them, the
+store keeps them, ``harness compare`` and the results service read them back.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+RUN_SCHEMA_VERSION = 1
+
+
+class Direction(enum.Enum):
+    """Which way a figure gets worse."""
+
+    HIGHER_IS_BETTER = "higher-is-better"
+    LOWER_IS_BETTER = "lower-is-better"
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str
+    direction: Direction
+    description: str
+    #: The smallest absolute change that can count, in ``unit``: below it a move is the
+    #: clock's or the allocator's grain, however many stdevs it spans (a 3 ms time to
+    #: first token moving by 1 ms is 33 % and can be "z > 3" on a quiet baseline).
+    min_change: float = 0.0
+
+
+#: Every figure the harness records, by name.
+METRICS: dict[str, Metric] = {m.name: m for m in (
+    Metric("load_s", "s", Direction.LOWER_IS_BETTER,
+           "start of the process to the server answering a completion", min_change=0.05),
+    Metric("ttft_ms", "ms", Direction.LOWER_IS_BETTER,
+           "time to first token of a streamed completion, measured by the client",
+           min_change=5.0),
+    Metric("prompt_tps", "tokens/s", Direction.HIGHER_IS_BETTER,
+           "prompt processing speed from the server's timings"),
+    Metric("decode_tps", "tokens/s", Direction.HIGHER_IS_BETTER,
+           "generation speed from the server's timings"),
+    Metric("kv_mib", "MiB", Direction.LOWER_IS_BETTER,
+           "KV cache size from the server's llama_kv_cache lines"),
+    Metric("peak_host_mib", "MiB", Direction.LOWER_IS_BETTER,
+           "peak resident memory of the server process (VmHWM)", min_change=1.0),
+    Metric("peak_vram_mib", "MiB", Direction.LOWER_IS_BETTER,
+           "peak GPU memory of the server process (NVML)", min_change=16.0),
+)}
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Where a run ran. ``identity`` is what comparisons must agree on."""
+
+    host: str
+    cpu: str
+    gpu: str = "none"
+    gpu_driver: str | None = None
+    vram_mib: int | None = None
+
+    @property
+    def identity(self) -> str:
+        """Hardware that must match for figures to be comparable (not the host name)."""
+        return f"{self.gpu} | {self.cpu}"
+
+    def describe(self) -> str:
+        gpu = self.gpu if self.gpu != "none" else "no GPU"
+        extra = []
+        if self.vram_mib is not None:
+            extra.append(f"{self.vram_mib} MiB")
+        if self.gpu_driver:
+            extra.append(f"driver {self.gpu_driver}")
+        detail = f" ({', '.join(extra)})" if extra else ""
+        return f"{gpu}{detail} on {self.cpu}, host {self.host}"
+
+
+@dataclass(frozen=True)
+class BuildRef:
+    """The llama-server build a run tested."""
+
+    backend: str
+    version: str
+    source_digest: str
+    build_key: str
+    image_digest: str | None = None
+
+
+@dataclass(frozen=True)
+class FigureKey:
+    """Launch properties a figure depends on (compare-llama-bench's kind of key set).
+
+    Hardware is the run's; build is what a comparison varies, so neither is in here.
+    """
+
+    fixture: str
+    backend: str
+    gpu: str
+    n_gpu_layers: str
+    cache_type_k: str
+    cache_type_v: str
+    flash_attn: str
+    offload: str
+    n_prompt: int
+    n_gen: int
+
+    def label(self) -> str:
+        parts = [self.fixture, self.backend, f"ngl={self.n_gpu_layers}",
+                 f"K={self.cache_type_k}", f"V={self.cache_type_v}", f"fa={self.flash_attn}"]
+        if self.offload:
+            parts.append(self.offload)
+        parts.append(f"pp{self.n_prompt}/tg{self.n_gen}")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Figure:
+    test_id: str
+    key: FigureKey
+    metric: str
+    value: float
+
+
+@dataclass(frozen=True)
+class TestOutcome:
+    test_id: str
+    #: passed, failed, error, skipped, xfailed or xpassed.
+    outcome: str
+    duration_s: float = 0.0
+    message: str | None = None
+
+
+FAILING_OUTCOMES = frozenset({"failed", "error"})
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_id: str
+    branch: str
+    commit: str
+    started_at: str
+    finished_at: str
+    hardware: Hardware
+    build: BuildRef
+    harness_version: str
+    outcomes: tuple[TestOutcome, ...] = ()
+    figures: tuple[Figure, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        body = asdict(self)
+        body["schema"] = RUN_SCHEMA_VERSION
+        return body
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> RunRecord:
+        """Parse ``run.json``; raises KeyError/TypeError/ValueError on a malformed body."""
+        if body.get("schema", RUN_SCHEMA_VERSION) != RUN_SCHEMA_VERSION:
+            raise ValueError(f"run schema {body.get('schema')!r} is not "
+                             f"{RUN_SCHEMA_VERSION}")
+        return cls(
+            run_id=str(body["run_id"]),
+            branch=str(body["branch"]),
+            commit=str(body["commit"]),
+            started_at=str(body["started_at"]),
+            finished_at=str(body["finished_at"]),
+            hardware=Hardware(**body["hardware"]),
+            build=BuildRef(**body["build"]),
+            harness_version=str(body["harness_version"]),
+            outcomes=tuple(TestOutcome(**o) for o in body.get("outcomes", ())),
+            figures=tuple(Figure(test_id=str(f["test_id"]), key=FigureKey(**f["key"]),
+                                 metric=str(f["metric"]), value=float(f["value"]))
+                          for f in body.get("figures", ())),
+            labels={str(k): str(v) for k, v in (body.get("labels") or {}).items()},
+        )

@@ -1,0 +1,49 @@
+"""``harness store RUN_JSON``: keep a run record (``run.json``) in the results store."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from harness.errors import HarnessError
+from harness.results.model import RunRecord
+from harness.results.store import open_store
+
+
+def read_run_json(path: Path) -> RunRecord:
+    """Parse a ``run.json``; a broken one is a HarnessError naming the file."""
+    try:
+        return RunRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except OSError as exc:
+        raise HarnessError(f"cannot read the run record {path}: {exc.strerror}") from exc
+    except (ValueError, KeyError, TypeError) as exc:
+        raise HarnessError(f"{path} is not a harness run record ({type(exc).__name__}: "
+                           f"{exc}); it is written by a suite run with "
+                           "--harness-run-record") from exc
+
+
+def store_run(path: Path, results_url: str | None) -> tuple[RunRecord, bool, str]:
+    """Store the run in ``path``; returns it, whether it was new, and where it went."""
+    run = read_run_json(path)
+    with open_store(results_url) as store:
+        return run, store.add_run(run), store.url_for_display
+
+
+@click.command("store")
+@click.argument("run_json", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--results-url", envvar="HARNESS_RESULTS_URL", default=None,
+              help="sqlite:///PATH or postgresql://… [env HARNESS_RESULTS_URL; default: a "
+                   "SQLite file in the harness cache].")
+def store_command(run_json: Path, results_url: str | None) -> None:
+    """Keep a run record in the results store (a run already there is left as it is)."""
+    try:
+        run, created, where = store_run(run_json, results_url)
+    except HarnessError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    state = "stored" if created else "already stored"
+    click.echo(f"{state}: run {run.run_id} ({run.branch}, {len(run.outcomes)} tests, "
+               f"{len(run.figures)} figures) in {where}")

@@ -1,0 +1,357 @@
+"""The results service as an ASGI application: ``create_app(settings)``.
+
+Endpoints (JSON unless said otherwise; errors are ``{"error": "<what and the fix>"}``):
+
+- ``POST /api/runs`` (bearer token): body is a run bundle (``application/gzip``).
+  201 ``{"run_id", "created": true, ...}`` for a new run, 200 with ``created: false``
+  when the run id was already stored (nothing is changed), 401 without the right
+  token, 413 over the size limits, 415 for another content type, 422 for a bundle
+  that is refused (the reason names the member), 503 when the store is down.
+- ``GET /api/runs?branch=&hardware=&limit=``: run summaries, newest first.
+- ``GET /api/runs/{run_id}``: the whole run record and its report state.
+- ``GET /api/compare?base=SELECTOR&head=RUN_ID[&window&threshold&z&min_runs]
+  [&format=markdown]``: what ``harness compare`` says; 409 on a hardware mismatch,
+  404 for an unknown run or baseline.
+- ``GET /api/history?branch=&hardware=``: one branch on one hardware (a
+  ``Hardware.identity``), oldest run first, with outcome counts and figure medians.
+- ``GET /runs/{run_id}/report/...``: the run's Allure report (202 while it is being
+  made, 404 when it failed or there is none).
+- ``GET /healthz``: 200 once the store answers, 503 otherwise.
+
+Decision: only uploads need the token. Reads are open, because what the service holds
+(test outcomes, figures, reports) is what CI logs already show, and links to reports
+and comparisons must open from a pull request without credentials. Put the service
+behind a proxy with authentication if the results are not for everyone who can reach it.
+
+One service process per data directory: the per-run locks are in memory.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import shutil
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import (
+    FileResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
+from starlette.routing import Route
+
+from harness.errors import ConfigError, HarnessError
+from harness.results.compare import HardwareMismatchError, NoiseRule, compare, select_baseline
+from harness.results.store import ResultsStore, ResultsStoreError, open_store
+from harness.service import summaries
+from harness.service.bundle import BundleRejectedError, BundleTooLargeError
+from harness.service.ingest import Ingested, Ingestor
+from harness.service.layout import Layout, is_valid_run_id
+from harness.service.reports import ReportJob, ReportWorker, read_state
+from harness.service.settings import ServiceSettings
+
+log = logging.getLogger(__name__)
+
+GZIP_TYPES = frozenset({"application/gzip", "application/x-gzip"})
+DEFAULT_LIST_LIMIT = 50
+MAX_LIST_LIMIT = 1000
+
+
+def _error(status: int, message: str, *, headers: dict[str, str] | None = None,
+           **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": message, **extra}, status_code=status, headers=headers)
+
+
+def _run_not_found(run_id: str) -> JSONResponse:
+    return _error(404, f"no run {run_id!r} is stored; GET /api/runs lists the stored runs")
+
+
+class _Service:
+    """The handlers and what they share; one per app."""
+
+    def __init__(self, settings: ServiceSettings, store: ResultsStore) -> None:
+        self.settings = settings
+        self.layout = Layout(settings.data_dir)
+        self.store = store
+        self.reports = ReportWorker(self.layout, settings.report_generator)
+        self.ingestor = Ingestor(self.layout, store,
+                                 max_unpacked_bytes=settings.max_unpacked_bytes,
+                                 max_members=settings.max_members)
+        self._token = settings.token.encode()
+
+    # -- upload -----------------------------------------------------------------
+
+    def _unauthorised(self, request: Request) -> Response | None:
+        scheme, _, value = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            return _error(401, "uploads need the service's token: send "
+                          "'Authorization: Bearer <token>' (harness upload --token or "
+                          "HARNESS_SERVICE_TOKEN)", headers=_bearer())
+        # Constant-time, so the token cannot be guessed a byte at a time from timings.
+        if not hmac.compare_digest(value.strip().encode(), self._token):
+            return _error(401, "the bearer token is wrong; use the token the service was "
+                          "started with (HARNESS_SERVICE_TOKEN)",
+                          headers=_bearer("invalid_token"))
+        return None
+
+    async def post_run(self, request: Request) -> Response:
+        refused = self._unauthorised(request)
+        if refused is not None:
+            return refused
+        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media not in GZIP_TYPES:
+            return _error(415, f"the body must be a run bundle sent as application/gzip, not "
+                          f"{media or 'untyped'}; `harness upload` builds and sends one")
+        limit = self.settings.max_upload_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None:
+            if not declared.isdigit():
+                return _error(400, f"Content-Length {declared!r} is not a number")
+            if int(declared) > limit:
+                return self._too_large(int(declared))
+        upload = self.layout.tmp_dir / f"upload-{uuid.uuid4().hex}.tar.gz"
+        try:
+            received = await self._receive(request, upload, limit)
+            if received > limit:
+                return self._too_large(received, streamed=True)
+            return await run_in_threadpool(self._ingest, upload)
+        except ClientDisconnect:
+            return _error(400, "the client went away before the whole bundle arrived")
+        finally:
+            await run_in_threadpool(upload.unlink, True)
+
+    async def _receive(self, request: Request, upload: Path, limit: int) -> int:
+        """Stream the body into ``upload``; stops (returning > limit) once it passes limit."""
+        received = 0
+        handle = await run_in_threadpool(upload.open, "xb")
+        try:
+            async for chunk in request.stream():
+                received += len(chunk)
+                if received > limit:
+                    return received
+                await run_in_threadpool(handle.write, chunk)
+        finally:
+            await run_in_threadpool(handle.close)
+        return received
+
+    def _too_large(self, size: int, *, streamed: bool = False) -> Response:
+        what = f"more than {size - 1}" if streamed else str(size)
+        return _error(413, f"the bundle is {what} bytes; this service accepts uploads of up "
+                      f"to {self.settings.max_upload_bytes} bytes (serve "
+                      "--max-upload-bytes / HARNESS_SERVICE_MAX_UPLOAD)")
+
+    def _ingest(self, upload: Path) -> Response:
+        try:
+            done = self.ingestor.ingest(upload)
+        except BundleTooLargeError as exc:
+            return _error(413, str(exc))
+        except BundleRejectedError as exc:
+            return _error(422, f"bundle refused: {exc}")
+        except ResultsStoreError as exc:
+            return _error(503, str(exc))
+        if done.files_placed:
+            self.reports.submit(ReportJob.for_run(self.layout, done.run))
+        return self._upload_answer(done)
+
+    def _upload_answer(self, done: Ingested) -> Response:
+        run_id = done.run.run_id
+        body = {"run_id": run_id, "created": done.created, "url": f"/api/runs/{run_id}",
+                "report": read_state(self.layout, run_id)}
+        return JSONResponse(body, status_code=201 if done.created else 200)
+
+    # -- reading ----------------------------------------------------------------
+
+    async def list_runs(self, request: Request) -> Response:
+        params = request.query_params
+        limit = _limit(params.get("limit"))
+        if isinstance(limit, Response):
+            return limit
+
+        def read() -> list[dict[str, Any]]:
+            runs = self.store.list_runs(branch=params.get("branch"),
+                                        hardware=params.get("hardware"), limit=limit)
+            return [summaries.run_summary(run, read_state(self.layout, run.run_id))
+                    for run in runs]
+
+        return JSONResponse({"runs": await run_in_threadpool(read)})
+
+    async def get_run(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+
+        def read() -> Response:
+            run = self.store.get_run(run_id) if is_valid_run_id(run_id) else None
+            if run is None:
+                return _run_not_found(run_id)
+            return JSONResponse(summaries.run_detail(run, read_state(self.layout, run_id)))
+
+        return await run_in_threadpool(read)
+
+    async def compare(self, request: Request) -> Response:
+        params = request.query_params
+        base, head = params.get("base"), params.get("head")
+        if not base or not head:
+            return _error(400, "compare needs ?base=SELECTOR&head=RUN_ID (SELECTOR: "
+                          "`latest`, a run id or a branch name)")
+        try:
+            window = int(params.get("window", "5"))
+            rule = NoiseRule(threshold=float(params.get("threshold", "0.05")),
+                             z=float(params.get("z", "3")),
+                             min_runs=int(params.get("min_runs", "3")))
+        except (ValueError, ConfigError) as exc:
+            return _error(400, f"bad comparison parameter: {exc}")
+        markdown = params.get("format", "json") == "markdown"
+
+        def run() -> Response:
+            current = self.store.get_run(head)
+            if current is None:
+                return _run_not_found(head)
+            try:
+                comparison = compare(select_baseline(self.store, base, current, window),
+                                     current, rule)
+            except HardwareMismatchError as exc:
+                return _error(409, str(exc), base_hardware=exc.baseline.describe(),
+                              head_hardware=exc.current.describe())
+            except ConfigError as exc:
+                return _error(400, str(exc))
+            except ResultsStoreError:
+                raise
+            except HarnessError as exc:
+                # An unknown baseline, or one with nothing to compare against.
+                return _error(404, str(exc))
+            if markdown:
+                return PlainTextResponse(comparison.to_markdown(),
+                                         media_type="text/markdown; charset=utf-8")
+            return JSONResponse(comparison.to_json())
+
+        return await run_in_threadpool(run)
+
+    async def history(self, request: Request) -> Response:
+        params = request.query_params
+        branch, hardware = params.get("branch"), params.get("hardware")
+        if not branch or not hardware:
+            return _error(400, "history needs ?branch=NAME&hardware=IDENTITY (the "
+                          "hardware.identity of a run, as GET /api/runs shows it)")
+        limit = _limit(params.get("limit"), default=MAX_LIST_LIMIT)
+        if isinstance(limit, Response):
+            return limit
+
+        def read() -> dict[str, Any]:
+            runs = self.store.list_runs(branch=branch, hardware=hardware, limit=limit)
+            reports = {run.run_id: read_state(self.layout, run.run_id) for run in runs}
+            return summaries.history(branch, hardware, runs, reports)
+
+        return JSONResponse(await run_in_threadpool(read))
+
+    async def report(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        if not is_valid_run_id(run_id):
+            return _run_not_found(run_id)
+        rel = request.path_params.get("path", "")
+        return await run_in_threadpool(self._report_file, run_id, rel)
+
+    def _report_file(self, run_id: str, rel: str) -> Response:
+        state = read_state(self.layout, run_id)
+        if state["state"] == "pending":
+            return JSONResponse({"state": "pending", "message": "the report is being made; "
+                                 "try again shortly"}, status_code=202,
+                                headers={"Retry-After": "5"})
+        if state["state"] != "ready":
+            return _error(404, f"run {run_id!r} has no report: {state['message']}")
+        root = self.layout.report_dir(run_id).resolve()
+        target = (root / rel).resolve()
+        # resolve() follows links and "..": whatever the path, it must end up inside.
+        if not target.is_relative_to(root):
+            return _error(404, f"{rel!r} is not part of the report")
+        if target.is_dir():
+            target = target / "index.html"
+        if not target.is_file():
+            return _error(404, f"{rel!r} is not part of the report of run {run_id!r}")
+        return FileResponse(target)
+
+    async def healthz(self, request: Request) -> Response:
+        try:
+            await run_in_threadpool(self.store.list_runs, limit=1)
+        except ResultsStoreError as exc:
+            return JSONResponse({"status": "unavailable", "error": str(exc)}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+
+def _bearer(error: str | None = None) -> dict[str, str]:
+    value = 'Bearer realm="harness"' + (f', error="{error}"' if error else "")
+    return {"WWW-Authenticate": value}
+
+
+def _limit(raw: str | None, default: int = DEFAULT_LIST_LIMIT) -> int | Response:
+    if raw is None:
+        return default
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIST_LIMIT:
+        return _error(400, f"limit {raw!r} must be a whole number from 1 to {MAX_LIST_LIMIT}")
+    return int(raw)
+
+
+async def _store_down(request: Request, exc: Exception) -> Response:
+    return _error(503, str(exc))
+
+
+def _clear_tmp(layout: Layout) -> None:
+    """Uploads a previous process was in the middle of are gone with it."""
+    for leftover in layout.tmp_dir.iterdir():
+        if leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            leftover.unlink(missing_ok=True)
+
+
+def create_app(settings: ServiceSettings,
+               open_results: Callable[[str | None], ResultsStore] = open_store) -> Starlette:
+    """The service for ``settings``; opens the store now so a bad URL fails at start.
+
+    The store is closed and the report worker stopped when the app shuts down (ASGI
+    lifespan). ``app.state.service.reports.wait_idle(timeout)`` waits for queued reports.
+    """
+    layout = Layout(settings.data_dir)
+    try:
+        layout.create()
+    except OSError as exc:
+        raise ConfigError(f"cannot create the service's data directory {settings.data_dir}: "
+                          f"{exc.strerror or exc}; pass a writable --data-dir") from exc
+    _clear_tmp(layout)
+    store = open_results(settings.results_url)
+    service = _Service(settings, store)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        service.reports.start()
+        try:
+            yield
+        finally:
+            await run_in_threadpool(service.reports.stop)
+            store.close()
+
+    app = Starlette(
+        routes=[
+            Route("/api/runs", service.post_run, methods=["POST"]),
+            Route("/api/runs", service.list_runs, methods=["GET"]),
+            Route("/api/runs/{run_id}", service.get_run, methods=["GET"]),
+            Route("/api/compare", service.compare, methods=["GET"]),
+            Route("/api/history", service.history, methods=["GET"]),
+            Route("/runs/{run_id}/report",
+                  lambda request: RedirectResponse(f"{request.url.path}/"), methods=["GET"]),
+            Route("/runs/{run_id}/report/{path:path}", service.report, methods=["GET"]),
+            Route("/healthz", service.healthz, methods=["GET"]),
+        ],
+        exception_handlers={ResultsStoreError: _store_down},
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    log.info("results service on %s, data in %s", store.url_for_display, settings.data_dir)
+    return app

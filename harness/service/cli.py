@@ -1,0 +1,114 @@
+"""``harness serve`` (the results service) and ``harness upload`` (send a run to it).
+
+The upload token is read from ``$HARNESS_SERVICE_TOKEN`` by ``serve`` only, never
+from an option, so it does not show in process listings or shell history.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import click
+
+from harness.errors import HarnessError
+from harness.paths import cache_root
+from harness.service.bundle import make_bundle
+from harness.service.settings import (
+    DATA_ENV,
+    DEFAULT_MAX_UNPACKED_BYTES,
+    DEFAULT_MAX_UPLOAD_BYTES,
+    MAX_UPLOAD_ENV,
+    TOKEN_ENV,
+    ServiceSettings,
+)
+from harness.service.upload_client import upload_bundle
+
+URL_ENV = "HARNESS_SERVICE_URL"
+
+
+class _StartRefused(click.ClickException):
+    """The service cannot start as configured (exit 2, like the harness's other errors)."""
+
+    exit_code = 2
+
+
+@click.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; 0.0.0.0 to accept other machines.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
+@click.option("--data-dir", type=click.Path(path_type=Path, file_okay=False),
+              envvar=DATA_ENV, default=None,
+              help=f"Where uploaded results and reports are kept [env {DATA_ENV}; "
+                   "default: service/ in the harness cache].")
+@click.option("--results-url", envvar="HARNESS_RESULTS_URL", default=None,
+              help="Results store: sqlite:///PATH or postgresql://USER:PASSWORD@HOST/DB "
+                   "[env HARNESS_RESULTS_URL; default: a SQLite file in the harness cache].")
+@click.option("--max-upload-bytes", type=click.IntRange(min=1), envvar=MAX_UPLOAD_ENV,
+              default=DEFAULT_MAX_UPLOAD_BYTES, show_default=True,
+              help=f"Largest bundle accepted, compressed [env {MAX_UPLOAD_ENV}].")
+@click.option("--max-unpacked-bytes", type=click.IntRange(min=1),
+              default=DEFAULT_MAX_UNPACKED_BYTES, show_default=True,
+              help="Largest total size of a bundle's files once unpacked.")
+def serve_command(*, host: str, port: int, data_dir: Path | None, results_url: str | None,
+                  max_upload_bytes: int, max_unpacked_bytes: int) -> None:
+    """Run the results service: receives run bundles, stores runs, serves reports.
+
+    Uploads must carry the token in $HARNESS_SERVICE_TOKEN; reading needs none.
+    """
+    # Imported here: the app pulls in Starlette and the store, which other commands of
+    # the harness group do not need.
+    import uvicorn  # noqa: PLC0415
+
+    from harness.service.app import create_app  # noqa: PLC0415
+
+    token = os.environ.get(TOKEN_ENV, "")
+    if not token.strip():
+        raise _StartRefused(f"{TOKEN_ENV} is not set: the service needs a token for "
+                            f"uploads; set {TOKEN_ENV} to a long random string (e.g. "
+                            "`openssl rand -hex 32`) and give the same to `harness upload`")
+    try:
+        app = create_app(ServiceSettings(
+            data_dir=data_dir if data_dir is not None else cache_root() / "service",
+            token=token, results_url=results_url, max_upload_bytes=max_upload_bytes,
+            max_unpacked_bytes=max_unpacked_bytes))
+    except HarnessError as exc:
+        raise _StartRefused(str(exc)) from exc
+    uvicorn.run(app, host=host, port=port, log_level="info")
+
+
+@click.command("upload")
+@click.option("--url", envvar=URL_ENV, required=True,
+              help=f"The results service, e.g. http://results.example:8080 [env {URL_ENV}].")
+@click.option("--run-json", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              required=True, help="The run.json the harness wrote for the run.")
+@click.option("--results", type=click.Path(path_type=Path, file_okay=False, exists=True),
+              required=True, help="The run's allure-results directory.")
+@click.option("--token", envvar=TOKEN_ENV, default=None,
+              help=f"The service's upload token [env {TOKEN_ENV}].")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=120.0,
+              show_default=True, help="Seconds to wait for the service.")
+def upload_command(*, url: str, run_json: Path, results: Path, token: str | None,
+                   timeout_s: float) -> None:
+    """Send a run (run.json + allure-results) to the results service.
+
+    Exit 0 when the service has the run (new or already stored), 1 when it refused the
+    upload or could not be reached.
+    """
+    if not token:
+        raise click.UsageError(f"no upload token: pass --token or set {TOKEN_ENV} to the "
+                               "token the service was started with")
+    try:
+        with tempfile.TemporaryDirectory(prefix="harness-upload-") as tmp:
+            bundle = make_bundle(run_json, results, Path(tmp) / "bundle.tar.gz")
+            result = upload_bundle(url, bundle, token, timeout_s=timeout_s)
+    except HarnessError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if result.created:
+        click.echo(f"stored run {result.run_id} (new)")
+    else:
+        click.echo(f"run {result.run_id} was already stored (unchanged)")
+    click.echo(f"run: {result.run_url}")
+    if result.report.get("state") == "pending":
+        click.echo(f"report: {url.rstrip('/')}/runs/{result.run_id}/report/ (being made)")

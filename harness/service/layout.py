@@ -1,0 +1,87 @@
+"""Where the service keeps things under its data directory, and which names are safe there.
+
+    data_dir/
+      tmp/                          uploads and extractions in progress (same filesystem,
+                                    so finishing one is a rename)
+      runs/<run_id>/run.json        the uploaded record, as sent
+      runs/<run_id>/allure-results/ the uploaded Allure results
+      runs/<run_id>/report/         the generated Allure report (appears whole, by rename)
+      runs/<run_id>/report-state.json
+      history/<branch>/<hardware>.jsonl   Allure history, one trend per branch + hardware
+
+Run ids come from the client, so they are checked against a closed character set
+before they are ever joined to a path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import HarnessError
+
+#: Letters, digits, dot, dash, underscore; starts with a letter or digit, so neither
+#: "." nor ".." nor a hidden name can be a run id.
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class InvalidRunIdError(HarnessError):
+    """A run id with characters the service will not put in a path."""
+
+
+def is_valid_run_id(run_id: str) -> bool:
+    return _RUN_ID.fullmatch(run_id) is not None
+
+
+def check_run_id(run_id: str) -> str:
+    if not is_valid_run_id(run_id):
+        raise InvalidRunIdError(
+            f"run id {run_id!r} is not allowed: use 1-128 letters, digits, '.', '-' or '_', "
+            "starting with a letter or digit")
+    return run_id
+
+
+def safe_name(value: str) -> str:
+    """A readable file name for any string; the hash keeps distinct values apart.
+
+    "feature/x" and "feature-x" slug the same, so the digest of the exact value is part
+    of the name: two branches never share a history file.
+    """
+    slug = _UNSAFE.sub("-", value).strip("-.")[:60] or "x"
+    return f"{slug}-{hashlib.sha256(value.encode()).hexdigest()[:12]}"
+
+
+@dataclass(frozen=True)
+class Layout:
+    data_dir: Path
+
+    @property
+    def tmp_dir(self) -> Path:
+        return self.data_dir / "tmp"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.data_dir / "runs"
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.runs_dir / check_run_id(run_id)
+
+    def results_dir(self, run_id: str) -> Path:
+        return self.run_dir(run_id) / "allure-results"
+
+    def report_dir(self, run_id: str) -> Path:
+        return self.run_dir(run_id) / "report"
+
+    def report_state_file(self, run_id: str) -> Path:
+        return self.run_dir(run_id) / "report-state.json"
+
+    def history_file(self, branch: str, hardware_identity: str) -> Path:
+        branch_dir = self.data_dir / "history" / safe_name(branch)
+        return branch_dir / f"{safe_name(hardware_identity)}.jsonl"
+
+    def create(self) -> None:
+        for path in (self.tmp_dir, self.runs_dir, self.data_dir / "history"):
+            path.mkdir(parents=True, exist_ok=True)

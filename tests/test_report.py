@@ -1,0 +1,413 @@
+"""The Allure report: run metadata files, failure categories, and rendering bad input.
+
+Results come from a real allure-pytest run of a tiny suite (written into tmp_path and run
+in a subprocess), and the report from the pinned Allure 3 CLI in node_modules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from allure_commons import utils as allure_utils
+from click.testing import CliRunner
+
+from harness.errors import BuildError, ConfigError, ServerNotReadyError, ToolMissingError
+from harness.report.allure import ReportError, allure_command, generate_report, report_config
+from harness.report.allure_meta import (
+    CATEGORIES,
+    categories_json,
+    category_of,
+    environment_properties,
+    escape_property,
+    write_categories,
+    write_environment,
+)
+from harness.report.report_cli import HISTORY_ENV, default_history_path, report_command
+from harness.report.staging import repair_history
+from harness.supervise.supervisor import LaunchFailedError
+from harness.verdicts.failure import FailureClass, StartFailure, classify_start_failure
+from harness.verdicts.gpu_use import gpu_verdict
+from harness.verdicts.launch_log import Mismatch
+
+#: The tiny suite (tests/data/allure/tiny_suite/README.md), copied in as test_<name>.py.
+TINY_SUITE = Path(__file__).parent / "data" / "allure" / "tiny_suite"
+#: suite label -> test names, and the counts of the first run.
+TINY_SUITES = {"test_alpha": {"test_one", "test_two", "test_plan_mismatch"},
+               "test_beta": {"test_three", "test_skipped"}}
+FIRST_RUN = {"total": 5, "passed": 3, "failed": 1, "skipped": 1}
+
+
+def run_tiny_suite(workdir: Path, results: Path, *, second_run: bool = False) -> Path:
+    """Run the tiny suite under allure-pytest; the results land in ``results``."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    for name in ("alpha", "beta"):
+        (workdir / f"test_{name}.py").write_text((TINY_SUITE / f"tiny_{name}.py").read_text())
+    env = {**os.environ, "TINY_SECOND_RUN": "1" if second_run else "0"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "test_alpha.py", "test_beta.py", "--alluredir",
+         str(results), "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly",
+         "-o", "addopts=", "-q"],
+        cwd=workdir, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # 1: some tests failed
+    return results
+
+
+@pytest.fixture(scope="module")
+def tiny_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("tiny")
+    return run_tiny_suite(work / "suite", work / "allure-results")
+
+
+def _copy_results(source: Path, target: Path) -> Path:
+    target.mkdir(parents=True)
+    for path in source.iterdir():
+        (target / path.name).write_bytes(path.read_bytes())
+    return target
+
+
+def _report_tests(output: Path) -> dict[str, dict[str, Any]]:
+    """The tests in a rendered report's data, by name."""
+    tests = [json.loads(p.read_text()) for p in (output / "data" / "test-results").glob("*.json")]
+    return {t["name"]: t for t in tests}
+
+
+# --- environment.properties ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "as_key", "as_value"), [
+    ("plain", "plain", "plain"),
+    ("a=b:c", "a\\=b\\:c", "a\\=b\\:c"),
+    ("C:\\llama\\bin", "C\\:\\\\llama\\\\bin", "C\\:\\\\llama\\\\bin"),
+    ("two\nlines\r\n", "two\\nlines\\r\\n", "two\\nlines\\r\\n"),
+    ("tab\there", "tab\\there", "tab\\there"),
+    (" lead and inner", "\\ lead\\ and\\ inner", "\\ lead and inner"),
+    ("#!", "\\#\\!", "\\#\\!"),
+    ("RTX™ 4090", "RTX\\u2122\\ 4090", "RTX\\u2122 4090"),
+    ("🦙", "\\uD83E\\uDD99", "\\uD83E\\uDD99"),
+])
+def test_property_escaping(text: str, as_key: str, as_value: str) -> None:
+    assert escape_property(text, key=True) == as_key
+    assert escape_property(text, key=False) == as_value
+
+
+def test_environment_file_is_sorted_ascii(tmp_path: Path) -> None:
+    path = write_environment(tmp_path, {"z.last": "1", "build": "cuda=on", "a key": "x\ny"})
+    assert path == tmp_path / "environment.properties"
+    assert path.read_bytes() == b"a\\ key=x\\ny\nbuild=cuda\\=on\nz.last=1\n"
+    assert environment_properties({}) == ""
+
+
+# --- categories ----------------------------------------------------------------------------
+
+EXPECTED_NAMES = ["Build failure", "Infrastructure / timeout", "Drafter fallback",
+                  "Out of memory / offload", "GPU unused", "Plan-forwarding mismatch"]
+
+
+def test_categories_json_shape(tmp_path: Path) -> None:
+    rules = json.loads(write_categories(tmp_path).read_text())
+    assert rules == categories_json()
+    assert list(dict.fromkeys(r["name"] for r in rules)) == EXPECTED_NAMES
+    for rule in rules:
+        assert set(rule) <= {"name", "matchedStatuses", "messageRegex", "traceRegex"}
+        assert set(rule["matchedStatuses"]) <= {"failed", "broken"}
+        assert "messageRegex" in rule or "traceRegex" in rule
+        for key in ("messageRegex", "traceRegex"):
+            if key in rule:
+                re.compile(rule[key])
+                # Allure compiles them as JavaScript RegExps: no Python-only syntax.
+                assert "(?P" not in rule[key]
+                assert not re.search(r"\(\?[aiLmsux]", rule[key])
+    # Rules of one category are adjacent, so Allure's merge by name keeps this order.
+    names = [r["name"] for r in rules]
+    assert names == sorted(names, key=EXPECTED_NAMES.index)
+
+
+def _message(exc: BaseException) -> str:
+    """The message allure-pytest records for ``exc`` (its own formatter)."""
+    formatter: Any = allure_utils.format_exception  # allure ships no type hints
+    return str(formatter(type(exc), exc))
+
+
+_CPU_LOG = ("system_info: n_threads = 4 (n_threads_batch = 4) / 4 | CPU : SSE3 = 1 | AVX = 1 |\n"
+            "load_tensors:   CPU_Mapped model buffer size =    10.00 MiB\n")
+_DRAFT = classify_start_failure(1, "E srv load_model: failed to load draft model, "
+                                   "'/cache/drafter.gguf'\n", timed_out=False)
+_OOM = classify_start_failure(1, "E llama_model_load: unable to allocate CUDA0 buffer\n"
+                                 "E llama_model_load_from_file_impl: failed to load model\n",
+                              timed_out=False)
+_TIMEOUT = StartFailure(FailureClass.READINESS_TIMEOUT, "I srv load_model: loading model")
+_PLAN = AssertionError("the server does not report the plan:\n"
+                       + str(Mismatch("ctx_size", 1024, 512)) + "\nassert not ['ctx_size: …']")
+_ASSERTION_TRACE = "    assert _moved(launch.server) == planned_names\n\n{}:182: AssertionError"
+
+#: (id, message, trace, status, expected category), messages from the harness's own code.
+REAL_MESSAGES: list[tuple[str, str, str, str, str | None]] = [
+    ("build-error", _message(BuildError(
+        "`cmake --build /cache/build/cpu` failed with exit code 2.\n--- last 40 lines of "
+        "the build log ---\nninja: build stopped: subcommand failed.")), "", "broken",
+     "Build failure"),
+    ("image-build", _message(BuildError("the cuda image build failed: exit 1")), "", "failed",
+     "Build failure"),
+    ("not-ready", _message(ServerNotReadyError(
+        "llama-server was not ready after 60s: still waiting for /health answered 503 "
+        "loading model")), "", "broken", "Infrastructure / timeout"),
+    ("launch-timeout", _message(LaunchFailedError(
+        _TIMEOUT, (), "readiness-timeout is not a failure a retry can fix")), "", "broken",
+     "Infrastructure / timeout"),
+    ("pytest-timeout", "Failed: Timeout (>600.0s) from pytest-timeout.", "", "failed",
+     "Infrastructure / timeout"),
+    ("no-docker", _message(ConfigError(
+        "no Docker engine answers (Error while fetching server API version); start one")),
+     "", "broken", "Infrastructure / timeout"),
+    ("drafter-load", _message(LaunchFailedError(
+        _DRAFT, (), "the server reported drafter-load, but this launch has no drafter or spec "
+        "type to leave out")), "", "broken", "Drafter fallback"),
+    ("drafter-assert", "AssertionError: assert <FailureClass.OUT_OF_MEMORY: 'out-of-memory'> "
+     "is <FailureClass.DRAFTER_LOAD: 'drafter-load'>", "", "failed", "Drafter fallback"),
+    ("drafter-suite", "AssertionError: assert 'x' == 'y'",
+     _ASSERTION_TRACE.format("suites/test_drafter_fallback.py"), "failed", "Drafter fallback"),
+    ("oom", _message(LaunchFailedError(
+        _OOM, (), "out of memory on every rung of the offload ladder (tried: 1. all layers on "
+        "the GPU); the context is at its floor")), "", "broken", "Out of memory / offload"),
+    ("offload-suite", "AssertionError: assert {'blk.0.ffn_up_exps.weight'} == set()",
+     _ASSERTION_TRACE.format("suites/test_offload_ladders.py"), "failed",
+     "Out of memory / offload"),
+    ("gpu-not-loaded", _message(AssertionError(gpu_verdict(_CPU_LOG, "cuda").reason)), "",
+     "failed", "GPU unused"),
+    ("gpu-no-devices", _message(AssertionError(
+        gpu_verdict("ggml_vulkan: No devices found.\n" + _CPU_LOG, "vulkan").reason)), "",
+     "failed", "GPU unused"),
+    ("require-gpu", "Failed: this run requires cuda: /opt/llama-server --list-devices shows "
+     "no CUDA device", "", "failed", "GPU unused"),
+    ("plan", _message(_PLAN), "", "failed", "Plan-forwarding mismatch"),
+    ("plan-suite", "AssertionError: assert 'rtx-4090' == 'rtx-3090'",
+     _ASSERTION_TRACE.format("suites/test_plan_forwarding.py"), "failed",
+     "Plan-forwarding mismatch"),
+    ("other", "AssertionError: assert 1 == 2", "test_x.py:3: AssertionError", "failed", None),
+    ("skipped", _message(BuildError("boom")), "", "skipped", None),
+]
+
+
+@pytest.mark.parametrize(("message", "trace", "status", "expected"),
+                         [pytest.param(*row[1:], id=row[0]) for row in REAL_MESSAGES])
+def test_category_of_real_messages(message: str, trace: str, status: str,
+                                   expected: str | None) -> None:
+    assert category_of(message, trace, status) == expected
+
+
+def _synthetic_result(directory: Path, name: str, message: str, trace: str,
+                      status: str) -> None:
+    test_id = uuid.uuid4().hex
+    result = {"uuid": test_id, "historyId": test_id, "testCaseId": test_id, "name": name,
+              "fullName": f"categories#{name}", "status": status, "stage": "finished",
+              "statusDetails": {"message": message, "trace": trace}, "start": 1, "stop": 2,
+              "labels": [{"name": "suite", "value": "categories"}]}
+    (directory / f"{test_id}-result.json").write_text(json.dumps(result))
+
+
+def test_allure_files_real_messages_where_category_of_does(tmp_path: Path) -> None:
+    """Allure's own (JavaScript) matching agrees with ``category_of`` on every message."""
+    results = tmp_path / "results"
+    results.mkdir()
+    for row_id, message, trace, status, _ in REAL_MESSAGES:
+        _synthetic_result(results, row_id, message, trace, status)
+    report = generate_report(results, tmp_path / "report")
+    assert report.problems == ()
+    tree = json.loads((report.output_dir / "widgets" / "categories.json").read_text())
+    nodes = tree["nodes"]
+    filed: dict[str, str] = {}
+
+    def walk(node_id: str, category: str) -> None:
+        node = nodes[node_id]
+        if node["type"] == "tr":
+            filed[node["name"]] = category
+        for child in node.get("childrenIds", []):
+            walk(child, category)
+
+    for root in tree["roots"]:
+        walk(root, nodes[root]["name"])
+    for row_id, message, trace, status, expected in REAL_MESSAGES:
+        # What no rule takes, Allure files under its defaults (or, if skipped, nowhere).
+        defaults = {"failed": "Product errors", "broken": "Test errors"}
+        wanted = expected or defaults.get(status)
+        assert filed.get(row_id) == wanted, (row_id, message)
+        assert category_of(message, trace, status) == expected
+
+
+# --- rendering -----------------------------------------------------------------------------
+
+
+def test_report_of_a_real_run(tiny_results: Path, tmp_path: Path) -> None:
+    results = _copy_results(tiny_results, tmp_path / "results")
+    write_environment(results, {"build": "cpu=b1234", "gpu": "none: CPU only"})
+    write_categories(results)
+    history = tmp_path / "history" / "allure-history.jsonl"
+    report = generate_report(results, tmp_path / "report", history_path=history)
+    assert report.problems == ()
+    assert report.tests == FIRST_RUN["total"]
+    assert report.index_html == tmp_path / "report" / "index.html"
+    assert report.index_html.is_file()
+    summary = json.loads((report.output_dir / "summary.json").read_text())
+    assert {k: summary["stats"].get(k) for k in FIRST_RUN} == FIRST_RUN
+    tests = _report_tests(report.output_dir)
+    assert set(tests) == set().union(*TINY_SUITES.values())
+    assert [c["name"] for c in tests["test_plan_mismatch"]["categories"]] == [
+        "Plan-forwarding mismatch"]
+    # Allure's own properties parser reads back what write_environment escaped.
+    environment = json.loads(
+        (report.output_dir / "widgets" / "allure_environment.json").read_text())
+    assert {e["name"]: e["values"] for e in environment} == {
+        "build": ["cpu=b1234"], "gpu": ["none: CPU only"]}
+    assert len(history.read_text().splitlines()) == 1
+
+
+def test_corrupt_results_name_the_bad_files_and_render_the_rest(tiny_results: Path,
+                                                                 tmp_path: Path) -> None:
+    results = _copy_results(tiny_results, tmp_path / "results")
+    good = sorted(results.glob("*-result.json"))
+    truncated = results / "0badc0de-0000-4000-8000-000000000001-result.json"
+    truncated.write_bytes(good[0].read_bytes()[:70])
+    not_object = results / "0badc0de-0000-4000-8000-000000000002-result.json"
+    not_object.write_text('["a", "list"]')
+    dangling = results / "0badc0de-0000-4000-8000-000000000003-result.json"
+    dangling.symlink_to(tmp_path / "gone")
+    binary = results / "0badc0de-0000-4000-8000-000000000004-container.json"
+    binary.write_bytes(b"\xff\xfe\x00")
+    # A good result that names an attachment whose file is gone: kept, and named.
+    with_attachment = next(p for p in good
+                           if json.loads(p.read_text())["name"] == "test_one")
+    document = json.loads(with_attachment.read_text())
+    document["attachments"] = [{"name": "server log", "source": "missing-attachment.txt",
+                                "type": "text/plain"}]
+    with_attachment.write_text(json.dumps(document))
+    history = tmp_path / "allure-history.jsonl"
+    history.write_text('{"uuid": "earlier", "timestamp": 1, "testResults": {}}\n{"uuid": "tr')
+
+    report = generate_report(results, tmp_path / "report", history_path=history)
+
+    problems = "\n".join(report.problems)
+    assert f"{truncated}: not valid JSON (truncated?)" in problems
+    assert f"{not_object}: a JSON list, not an object" in problems
+    assert f"{dangling}: unreadable" in problems
+    assert f"{binary}: not UTF-8 text" in problems
+    assert (f"{with_attachment}: attachment 'missing-attachment.txt' ('server log') is "
+            "missing") in problems
+    assert f"{history} line 2: not valid JSON (truncated?)" in problems
+    assert len(report.problems) == 6
+    assert report.index_html.is_file()
+    assert report.tests == FIRST_RUN["total"]
+    tests = _report_tests(report.output_dir)
+    assert tests["test_one"]["status"] == "passed"
+    assert set(tests) == set().union(*TINY_SUITES.values())
+    # The bad history line is gone, and this run was added after the good one.
+    lines = history.read_text().splitlines()
+    assert len(lines) == 2
+    assert json.loads(lines[0])["uuid"] == "earlier"
+
+
+def test_missing_or_empty_results_are_clear_errors(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    with pytest.raises(ReportError, match=r"nowhere does not exist; run the suites with "
+                                          r"`--alluredir .*nowhere`"):
+        generate_report(missing, tmp_path / "report")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ReportError, match=r"holds no \*-result\.json file"):
+        generate_report(tmp_path / "empty", tmp_path / "report")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "x-result.json").write_text("{")
+    with pytest.raises(ReportError, match=r"no readable test result in .*\n  .*x-result.json: "
+                                          r"not valid JSON"):
+        generate_report(bad, tmp_path / "report")
+    assert not (tmp_path / "report").exists()
+
+
+def test_output_that_is_not_a_report_is_left_alone(tiny_results: Path, tmp_path: Path) -> None:
+    output = tmp_path / "docs"
+    output.mkdir()
+    (output / "notes.txt").write_text("mine")
+    with pytest.raises(ReportError, match="is not an Allure report"):
+        generate_report(tiny_results, output)
+    assert (output / "notes.txt").read_text() == "mine"
+
+
+def test_allure_failure_shows_its_output(tiny_results: Path, tmp_path: Path) -> None:
+    results = _copy_results(tiny_results, tmp_path / "results")
+    # Named rules pass the harness's check; Allure itself rejects mixed matcher keys.
+    (results / "categories.json").write_text(json.dumps(
+        [{"name": "mixed", "matchers": {"statuses": ["failed"]}, "messageRegex": "x"}]))
+    with pytest.raises(ReportError, match=r"(?s)Allure failed with exit code 1.*mixes "
+                                          r"canonical keys with compatibility keys"):
+        generate_report(results, tmp_path / "report")
+    assert not (tmp_path / "report").exists()
+
+
+def test_missing_cli_says_how_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ToolMissingError, match=r"not installed.*bash scripts/setup\.sh.*"
+                                               r"npm ci --no-audit --no-fund"):
+        allure_command(tmp_path)
+    package = tmp_path / "node_modules" / "allure"
+    package.mkdir(parents=True)
+    (package / "package.json").write_text('{"version": "3.0.0"}')
+    (tmp_path / "node_modules" / ".bin").mkdir()
+    (tmp_path / "node_modules" / ".bin" / "allure").write_text("")
+    (tmp_path / "package.json").write_text('{"devDependencies": {"allure": "3.18.0"}}')
+    with pytest.raises(ToolMissingError, match=re.escape(
+            "has allure 3.0.0 but package.json pins 3.18.0")):
+        allure_command(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
+    with pytest.raises(ToolMissingError, match="node is not installed"):
+        allure_command()
+
+
+def test_config_single_file_and_history(tmp_path: Path) -> None:
+    config = report_config(tmp_path / "out", report_name="r", single_file=True,
+                           history_path=tmp_path / "h.jsonl")
+    assert config["plugins"]["awesome"]["options"]["singleFile"] is True
+    assert config["historyPath"] == str(tmp_path / "h.jsonl")
+    assert config["categories"] == categories_json()
+    assert "historyPath" not in report_config(tmp_path, report_name="r", single_file=False,
+                                              history_path=None)
+
+
+def test_repair_history(tmp_path: Path) -> None:
+    history = tmp_path / "h.jsonl"
+    assert repair_history(history) == ()
+    history.write_text('{"a": 1}\n[1]\n\n{"b": 2}')
+    assert repair_history(history) == (f"{history} line 2: a JSON list, not an object; the "
+                                       "line was dropped",)
+    assert history.read_text() == '{"a": 1}\n{"b": 2}\n'
+    assert repair_history(history) == ()
+
+
+def test_report_command(tiny_results: Path, tmp_path: Path) -> None:
+    results = _copy_results(tiny_results, tmp_path / "results")
+    (results / "broken-result.json").write_text("{")
+    history = tmp_path / "h.jsonl"
+    outcome = CliRunner().invoke(report_command, [
+        "--results", str(results), "--output", str(tmp_path / "out"), "--history",
+        str(history), "--single-file"])
+    assert outcome.exit_code == 0, outcome.output
+    assert outcome.stdout.splitlines()[-1] == str(tmp_path / "out" / "index.html")
+    assert f"warning: {results / 'broken-result.json'}: not valid JSON" in outcome.stderr
+    assert {p.name for p in (tmp_path / "out").iterdir()} >= {"index.html"}
+    assert not (tmp_path / "out" / "data").exists()  # single file: no data folder
+    assert len(history.read_text().splitlines()) == 1
+
+
+def test_default_history_path(tmp_path: Path) -> None:
+    assert default_history_path({HISTORY_ENV: str(tmp_path / "h.jsonl")}) == tmp_path / "h.jsonl"
+    assert default_history_path({"HARNESS_CACHE": str(tmp_path)}) == \
+        tmp_path / "allure-history.jsonl"
+
+
+def test_every_category_is_exercised() -> None:
+    assert {row[4] for row in REAL_MESSAGES} - {None} == {c.name for c in CATEGORIES}

@@ -1,0 +1,189 @@
+"""The rendered report, read from a real browser: suites, counts, and the run-history trend.
+
+Two runs of the tiny suite (tests/data/allure/tiny_suite) are rendered with one history
+file; the second report is served on loopback and opened in headless Chromium, and what
+the page shows after the app has rendered is held against the results themselves. The
+single-file variant is opened from file://. A screenshot of the report is attached to
+this test's own Allure result and copied to ``$HARNESS_TEST_ARTIFACTS``.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import allure
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from harness.report.allure import GROUP_BY, generate_report
+
+TINY_SUITE = Path(__file__).parent / "data" / "allure" / "tiny_suite"
+CHROMIUM = shutil.which("chromium")
+#: allure-pytest ships no type hints; the one call goes through this untyped name.
+_attach_file: Any = allure.attach.file
+DATE = re.compile(r"^\d{1,2}/\d{1,2}/\d{4}$")
+
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="needs the system Chromium: `apt-get install chromium` (CI "
+    "installs it)")
+
+
+def run_tiny_suite(workdir: Path, results: Path, *, second_run: bool = False) -> Path:
+    """Run the tiny suite under allure-pytest; the results land in ``results``."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    for name in ("alpha", "beta"):
+        (workdir / f"test_{name}.py").write_text((TINY_SUITE / f"tiny_{name}.py").read_text())
+    env = {**os.environ, "TINY_SECOND_RUN": "1" if second_run else "0"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "test_alpha.py", "test_beta.py", "--alluredir",
+         str(results), "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly",
+         "-o", "addopts=", "-q"],
+        cwd=workdir, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # 1: some tests failed
+    return results
+
+
+#: The labels the report's tree is grouped by (harness.report.allure.GROUP_BY).
+SUITE_LABELS = frozenset(GROUP_BY)
+
+
+def _truth(results: Path) -> tuple[set[str], Counter[str]]:
+    """Suite names (every tree level) and status counts, read from the result files."""
+    suites: set[str] = set()
+    statuses: Counter[str] = Counter()
+    for path in results.glob("*-result.json"):
+        result = json.loads(path.read_text())
+        statuses[result["status"]] += 1
+        suites.update(label["value"] for label in result["labels"]
+                      if label["name"] in SUITE_LABELS)
+    return suites, statuses
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        return None
+
+
+@pytest.fixture
+def serve() -> Iterator[functools.partial[str]]:
+    """``serve(directory)`` -> the URL of its index.html on a loopback HTTP server."""
+    servers: list[http.server.ThreadingHTTPServer] = []
+
+    def start(directory: Path) -> str:
+        handler = functools.partial(_QuietHandler, directory=str(directory))
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_port}/index.html"
+
+    yield functools.partial(start)
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        # Root in a container: Chromium's sandbox cannot start, so it is turned off.
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+def _shown_counts(page: Page) -> dict[str, int]:
+    """The status counts in the report header, once the app has rendered them."""
+    page.wait_for_selector('[data-testid="metadata-item-total"]')
+    counts = {}
+    for status in ("total", "passed", "failed", "skipped"):
+        item = page.locator(f'[data-testid="metadata-item-{status}"] '
+                            '[data-testid="metadata-value"]')
+        counts[status] = int(item.inner_text().strip())
+    return counts
+
+
+def _shown_suites(page: Page) -> set[str]:
+    page.wait_for_selector('[data-testid="tree-section-title"]')
+    return {t.strip() for t in
+            page.locator('[data-testid="tree-section-title"]').all_inner_texts()}
+
+
+def _trend_points(page: Page) -> list[str]:
+    """The x-axis labels of the "Status dynamics" chart: one per run, the last "Latest"."""
+    page.get_by_text("Status dynamics", exact=True).wait_for()
+    widget = page.locator('[data-drop-shadow="true"]').filter(
+        has=page.get_by_text("Status dynamics", exact=True))
+    widget.locator("svg text").first.wait_for()
+    labels = [t.strip() for t in widget.locator("svg text").all_text_contents()]
+    return [label for label in labels if label == "Latest" or DATE.match(label)]
+
+
+def _keep_screenshot(path: Path, name: str) -> None:
+    _attach_file(str(path), name=name, attachment_type=allure.attachment_type.PNG)
+    artifacts = os.environ.get("HARNESS_TEST_ARTIFACTS")
+    if artifacts:
+        Path(artifacts).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, Path(artifacts) / path.name)
+
+
+def test_report_renders_counts_suites_and_trend(
+        tmp_path: Path, browser: Browser, serve: functools.partial[str]) -> None:
+    first = run_tiny_suite(tmp_path / "suite", tmp_path / "results-1")
+    second = run_tiny_suite(tmp_path / "suite", tmp_path / "results-2", second_run=True)
+    history = tmp_path / "allure-history.jsonl"
+    output = tmp_path / "allure-report"
+    generate_report(first, output, history_path=history)
+    started = time.monotonic()
+    report = generate_report(second, output, history_path=history)
+    print(f"one report generation took {time.monotonic() - started:.1f}s")
+    assert report.problems == ()
+    assert len(history.read_text().splitlines()) == 2
+
+    suites, statuses = _truth(second)
+    assert statuses == {"passed": 2, "failed": 2, "skipped": 1}  # the run really differed
+    expected = {"total": sum(statuses.values()), **statuses}
+
+    page = browser.new_page(viewport={"width": 1400, "height": 1000}, locale="en-US")
+    url = serve(output)
+    page.goto(url)
+    # The harness plugin adds the hardware as the parent suite above the two modules.
+    assert {"test_alpha", "test_beta"} <= suites
+    assert _shown_suites(page) == suites
+    assert _shown_counts(page) == expected
+    shot = tmp_path / "allure-report.png"
+    page.screenshot(path=str(shot), full_page=True)
+    _keep_screenshot(shot, "report screenshot")
+
+    # The trend: the earlier run from the history file, then this one.
+    page.goto(f"{url}#/charts")
+    points = _trend_points(page)
+    assert len(points) == 2, points
+    assert DATE.match(points[0])
+    assert points[1] == "Latest"
+    trend = tmp_path / "allure-report-trend.png"
+    page.screenshot(path=str(trend), full_page=True)
+    _keep_screenshot(trend, "report trend screenshot")
+
+
+def test_single_file_report_opens_from_disk(tmp_path: Path, browser: Browser) -> None:
+    results = run_tiny_suite(tmp_path / "suite", tmp_path / "results")
+    report = generate_report(results, tmp_path / "single", single_file=True)
+    assert not (report.output_dir / "data").exists()  # everything is inlined
+    suites, statuses = _truth(results)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000}, locale="en-US")
+    page.goto(report.index_html.as_uri())
+    assert _shown_suites(page) == suites
+    assert _shown_counts(page) == {"total": sum(statuses.values()), **statuses}
