@@ -111,7 +111,7 @@ def fixtures(out: Path | None, record: bool, check: bool) -> None:
         click.echo(f"{name:16} {path}")
 
 
-@cli.command()
+@cli.command(context_settings={"ignore_unknown_options": True})
 @click.option("--alluredir", type=click.Path(path_type=Path, file_okay=False),
               default=REPO_ROOT / "allure-results", show_default=True)
 @click.option("--report-dir", type=click.Path(path_type=Path, file_okay=False),
@@ -127,7 +127,7 @@ def fixtures(out: Path | None, record: bool, check: bool) -> None:
               help="Also write the report as one self-contained HTML file (a CI artifact).")
 @click.option("--workers", default="auto", show_default=True,
               help="pytest-xdist workers for the suites.")
-@click.argument("pytest_args", nargs=-1)
+@click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
 def run(*, alluredir: Path, report_dir: Path, run_record: Path, results_url: str | None,
         single_file: bool, workers: str, pytest_args: tuple[str, ...]) -> None:
     """The main job: build, fixtures, suites, run record into the store, Allure report."""

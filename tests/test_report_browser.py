@@ -131,6 +131,18 @@ def _trend_points(page: Page) -> list[str]:
     return [label for label in labels if label == "Latest" or DATE.match(label)]
 
 
+def keep_screenshot(page: Page, path: Path, name: str) -> None:
+    """A full-page screenshot, attached to this test's Allure result and kept as an artifact."""
+    page.screenshot(path=str(path), full_page=True)
+    _keep_screenshot(path, name)
+
+
+def trend_of(page: Page, url: str) -> list[str]:
+    """The trend chart's run labels, read from the report's charts page."""
+    page.goto(f"{url}#/charts")
+    return _trend_points(page)
+
+
 def _keep_screenshot(path: Path, name: str) -> None:
     _attach_file(str(path), name=name, attachment_type=allure.attachment_type.PNG)
     artifacts = os.environ.get("HARNESS_TEST_ARTIFACTS")
@@ -163,13 +175,10 @@ def test_report_renders_counts_suites_and_trend(
     assert {"test_alpha", "test_beta"} <= suites
     assert _shown_suites(page) == suites
     assert _shown_counts(page) == expected
-    shot = tmp_path / "allure-report.png"
-    page.screenshot(path=str(shot), full_page=True)
-    _keep_screenshot(shot, "report screenshot")
+    keep_screenshot(page, tmp_path / "allure-report.png", "report screenshot")
 
     # The trend: the earlier run from the history file, then this one.
-    page.goto(f"{url}#/charts")
-    points = _trend_points(page)
+    points = trend_of(page, url)
     assert len(points) == 2, points
     assert DATE.match(points[0])
     assert points[1] == "Latest"
