@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,12 @@ class RecordingPlugin:
             item.stash[_FAILED] = True
         if report.when == "teardown":
             capture = self.recorder.take()
-            self._attach(capture, failed=item.stash.get(_FAILED, False))
+            try:
+                self._attach(capture, failed=item.stash.get(_FAILED, False))
+            except Exception as exc:  # the report is worth less than the test run itself
+                warnings.warn(f"harness could not attach {item.nodeid}'s servers to the "
+                              f"Allure report: {type(exc).__name__}: {exc}", RuntimeWarning,
+                              stacklevel=1)
             if self.run_json is not None:
                 append_figures(figures_dir(self.run_json) / f"{self.worker}.jsonl",
                                [f for record in capture.servers if record.key is not None
