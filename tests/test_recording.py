@@ -19,9 +19,11 @@ from harness.builds.under_test import BuildUnderTest
 from harness.errors import ServerExitedError
 from harness.planning.drafter import BrokenDrafters
 from harness.planning.launch import LaunchSpec
+from harness.probes.docker_engine import docker_engine
 from harness.probes.gguf_facts import read_model_facts
 from harness.recording import story
 from harness.recording.outcomes import OutcomeTally
+from harness.recording.pytest_plugin import _image_id
 from harness.recording.recorder import MeasureSettings, ServerRecord, ServerRecorder
 from harness.recording.run_file import (
     append_figures,
@@ -393,3 +395,16 @@ def test_run_record_round_trips_through_json(monkeypatch: pytest.MonkeyPatch) ->
     assert record.finished_at >= record.started_at
     again = RunRecord.from_json(json.loads(json.dumps(record.to_json())))
     assert again == record
+
+
+@pytest.mark.docker
+def test_a_container_runs_build_names_the_image_it_ran_in(container_image: str) -> None:
+    client = docker_engine()
+    try:
+        expected = client.images.get(container_image).id
+    finally:
+        client.close()
+    assert _image_id(container_image) == expected
+    assert _image_id("harness/no-such-image:nowhere") is None
+    ref = build_ref(None, Path("llama-server"), "bin-key", image_id=expected)
+    assert environment_properties(HARDWARE, ref, container_image)["build.image_digest"] == expected

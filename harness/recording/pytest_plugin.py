@@ -22,6 +22,7 @@ import pytest
 
 from harness.builds.under_test import BuildUnderTest
 from harness.perf.keys import figures
+from harness.probes.docker_engine import docker_engine
 from harness.probes.hardware import detect_hardware
 from harness.recording import story
 from harness.recording.outcomes import OutcomeTally
@@ -177,7 +178,8 @@ class RecordingPlugin:
         from harness.plugin import build_under_test  # noqa: PLC0415 (the plugin imports us)
 
         build = build_under_test(self.config)
-        ref = build_ref(build.info, build.binary, build.key)
+        image = self._container_image(build)
+        ref = build_ref(build.info, build.binary, build.key, image_id=_image_id(image))
         if alluredir is not None:
             from harness.report.allure_meta import (  # noqa: PLC0415 (only with a report)
                 write_categories,
@@ -186,8 +188,9 @@ class RecordingPlugin:
 
             results = Path(alluredir)
             results.mkdir(parents=True, exist_ok=True)
-            image = build.info.image if build.info is not None else None
-            write_environment(results, environment_properties(self.hardware, ref, image))
+            base_images = build.info.base_image_digest if build.info is not None else None
+            write_environment(results, environment_properties(self.hardware, ref, image,
+                                                              base_images))
             write_categories(results)
         if self.run_json is not None:
             record = run_record(run_id=new_run_id(), started_at=self.started_at,
@@ -195,6 +198,30 @@ class RecordingPlugin:
                                 outcomes=self.tally.outcomes(),
                                 figures=read_figures(figures_dir(self.run_json)))
             write_run(self.run_json, record)
+
+
+    def _container_image(self, build: BuildUnderTest) -> str | None:
+        """The image the servers ran in: only a container run has one."""
+        if self.config.getoption("harness_runner") != "container":
+            return None
+        named = self.config.getoption("harness_image")
+        if named:
+            return str(named)
+        return build.info.image if build.info is not None else None
+
+
+def _image_id(image: str | None) -> str | None:
+    """The engine's id (sha256 digest of the config) of ``image``; None when unknown."""
+    if image is None:
+        return None
+    try:
+        client = docker_engine()
+        try:
+            return str(client.images.get(image).id)
+        finally:
+            client.close()
+    except Exception:  # an engine gone at session end costs only this one property
+        return None
 
 
 def _dump(body: Any) -> str:

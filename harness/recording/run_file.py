@@ -66,13 +66,15 @@ def harness_version() -> str:
         return "unknown"
 
 
-def build_ref(info: BuildInfo | None, binary: Path, key: str) -> BuildRef:
+def build_ref(info: BuildInfo | None, binary: Path, key: str,
+              image_id: str | None = None) -> BuildRef:
+    """The build a run tested; ``image_id`` is the engine's id of the image servers ran in."""
     if info is None:
         return BuildRef(backend="cpu", version="unknown", source_digest="unknown",
-                        build_key=key)
+                        build_key=key, image_digest=image_id)
     return BuildRef(backend=info.backend.value, version=info.version.splitlines()[0]
                     if info.version else "unknown", source_digest=info.source_digest,
-                    build_key=info.key, image_digest=info.base_image_digest)
+                    build_key=info.key, image_digest=image_id)
 
 
 def append_figures(path: Path, figures: Iterable[Figure]) -> None:
@@ -103,8 +105,8 @@ def write_run(path: Path, run: RunRecord) -> None:
     write_json_atomic(path, run.to_json())
 
 
-def environment_properties(hardware: Hardware, build: BuildRef,
-                           image: str | None) -> dict[str, str]:
+def environment_properties(hardware: Hardware, build: BuildRef, image: str | None,
+                           base_images: str | None = None) -> dict[str, str]:
     """What Allure's Environment widget shows: the build, the GPU, the host, the harness."""
     props = {
         "build.backend": build.backend,
@@ -123,6 +125,8 @@ def environment_properties(hardware: Hardware, build: BuildRef,
         props["build.image"] = image
     if build.image_digest:
         props["build.image_digest"] = build.image_digest
+    if base_images:
+        props["build.base_image_ids"] = base_images
     return props
 
 
