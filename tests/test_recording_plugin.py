@@ -181,3 +181,26 @@ def test_a_failing_test_keeps_the_whole_startup_log(tmp_path: Path) -> None:
                                                   "failed")
     assert outcome.message is not None
     assert "failed on purpose" in outcome.message
+
+
+def test_a_unit_test_run_with_allure_names_no_build_and_builds_none(tmp_path: Path) -> None:
+    """No server, no run record: the environment file has the machine but no build.
+
+    The cache is an empty folder, so had the session end tried to resolve the build it
+    would have started a llama.cpp build (minutes) or failed; it must do neither.
+    """
+    (tmp_path / "test_plain.py").write_text("def test_plain() -> None:\n    assert True\n")
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith(("PYTEST_", "HARNESS_"))}
+    env["HARNESS_CACHE"] = str(tmp_path / "empty-cache")
+    results = tmp_path / "results"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "test_plain.py", "-p", "no:xdist",
+         "-p", "no:cacheprovider", "-o", "addopts=", "-q", "--alluredir", str(results)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    properties = (results / "environment.properties").read_text(encoding="utf-8")
+    assert "host=" in properties
+    assert "build." not in properties, properties
+    assert (results / "categories.json").is_file()
+    assert not (tmp_path / "empty-cache" / "builds").exists()

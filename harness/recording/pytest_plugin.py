@@ -177,9 +177,12 @@ class RecordingPlugin:
             return
         from harness.plugin import build_under_test  # noqa: PLC0415 (the plugin imports us)
 
-        build = build_under_test(self.config)
-        image = self._container_image(build)
-        ref = build_ref(build.info, build.binary, build.key, image_id=_image_id(image))
+        build: BuildUnderTest | None = self._resolved_build()
+        if build is None and self._names_a_build():
+            build = build_under_test(self.config)
+        image = self._container_image(build) if build is not None else None
+        ref = (build_ref(build.info, build.binary, build.key, image_id=_image_id(image))
+               if build is not None else None)
         if alluredir is not None:
             from harness.report.allure_meta import (  # noqa: PLC0415 (only with a report)
                 write_categories,
@@ -188,17 +191,28 @@ class RecordingPlugin:
 
             results = Path(alluredir)
             results.mkdir(parents=True, exist_ok=True)
-            base_images = build.info.base_image_digest if build.info is not None else None
+            base_images = (build.info.base_image_digest
+                            if build is not None and build.info is not None else None)
             write_environment(results, environment_properties(self.hardware, ref, image,
                                                               base_images))
             write_categories(results)
-        if self.run_json is not None:
+        if self.run_json is not None and ref is not None:
             record = run_record(run_id=new_run_id(), started_at=self.started_at,
                                 hardware=self.hardware, build=ref,
                                 outcomes=self.tally.outcomes(),
                                 figures=read_figures(figures_dir(self.run_json)))
             write_run(self.run_json, record)
 
+    def _names_a_build(self) -> bool:
+        """Whether this session is about a build, so ending it may resolve (even build) it.
+
+        A run record always is; so is a session given a build or a binary. A session
+        that only ran unit tests with Allure on never touched one and will not build
+        llama-server just to fill in the report's environment.
+        """
+        return (self.run_json is not None
+                or bool(self.config.getoption("harness_build"))
+                or bool(self.config.getoption("harness_server_bin")))
 
     def _container_image(self, build: BuildUnderTest) -> str | None:
         """The image the servers ran in: only a container run has one."""

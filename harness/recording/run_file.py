@@ -105,14 +105,19 @@ def write_run(path: Path, run: RunRecord) -> None:
     write_json_atomic(path, run.to_json())
 
 
-def environment_properties(hardware: Hardware, build: BuildRef, image: str | None,
+def environment_properties(hardware: Hardware, build: BuildRef | None, image: str | None,
                            base_images: str | None = None) -> dict[str, str]:
-    """What Allure's Environment widget shows: the build, the GPU, the host, the harness."""
-    props = {
+    """What Allure's Environment widget shows: the build, the GPU, the host, the harness.
+
+    ``build`` None: the session never touched a build (unit tests only), so none is named.
+    """
+    props = {} if build is None else {
         "build.backend": build.backend,
         "build.llama_cpp_version": build.version,
         "build.source_digest": build.source_digest,
         "build.key": build.build_key,
+    }
+    props.update({
         "gpu.name": hardware.gpu,
         "gpu.driver": hardware.gpu_driver or "n/a",
         "gpu.vram_mib": str(hardware.vram_mib) if hardware.vram_mib is not None else "n/a",
@@ -120,10 +125,10 @@ def environment_properties(hardware: Hardware, build: BuildRef, image: str | Non
         "host.cpu": hardware.cpu,
         "harness.version": harness_version(),
         "harness.commit": _git("rev-parse", "--short", "HEAD") or "unknown",
-    }
+    })
     if image:
         props["build.image"] = image
-    if build.image_digest:
+    if build is not None and build.image_digest:
         props["build.image_digest"] = build.image_digest
     if base_images:
         props["build.base_image_ids"] = base_images
