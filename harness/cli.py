@@ -20,6 +20,7 @@ from harness.builds.base_image import ensure_base_image
 from harness.builds.container_build import build_image, list_images
 from harness.builds.native import BuildResult, ProgressCallback
 from harness.builds.resolve import ensure_build, resolve_source
+from harness.doctor_cli import doctor_command
 from harness.errors import HarnessError
 from harness.facts.build import Backend, BuildInfo
 from harness.paths import REPO_ROOT, cache_root
@@ -30,6 +31,7 @@ from harness.probes.docker_engine import docker_engine
 from harness.recording.run_file import new_run_id
 from harness.report.allure import generate_report
 from harness.report.report_cli import default_history_path, report_command
+from harness.repro_cli import repro_command
 from harness.results.compare_cli import compare_command
 from harness.results.store_cli import store_command, store_run
 from harness.service.cli import serve_command, upload_command
@@ -227,6 +229,8 @@ cli.add_command(compare_command)
 cli.add_command(store_command)
 cli.add_command(serve_command)
 cli.add_command(upload_command)
+cli.add_command(doctor_command)
+cli.add_command(repro_command)
 
 
 @cli.command("base-image")

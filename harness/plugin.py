@@ -9,6 +9,7 @@ machine under file locks, so every xdist worker can ask for it safely.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 from collections.abc import Callable, Iterator
@@ -20,8 +21,9 @@ from harness import modelgen
 from harness.builds.container_build import build_image, image_backend
 from harness.builds.resolve import ensure_build, resolve_source
 from harness.builds.under_test import BuildUnderTest, from_result, resolve_named_build
-from harness.errors import HarnessError
+from harness.errors import ConfigError, HarnessError
 from harness.facts.build import Backend, Capabilities
+from harness.facts.gpu import GpuInfo
 from harness.paths import cache_root
 from harness.planning.build_plan import BuildRequest
 from harness.planning.container_gpu import plan_gpu_access
@@ -33,7 +35,10 @@ from harness.probes.devices import Device, list_devices
 from harness.probes.docker_engine import docker_engine, engine_unavailable
 from harness.probes.gguf_facts import read_model_facts
 from harness.probes.gpu_configs import load_fork_kv_types, load_gpu_configs
+from harness.probes.gpu_health import runner_gpu_health
+from harness.recording.flakes_plugin import KnownFlakesPlugin
 from harness.recording.pytest_plugin import RecordingPlugin
+from harness.repro.properties import parse_gpu_spec
 from harness.runners.container_runner import (
     SESSION_ID,
     ContainerRunner,
@@ -43,6 +48,7 @@ from harness.runners.container_runner import (
 )
 from harness.runners.container_runner import stop_all as stop_all_containers
 from harness.runners.dispatch import Dispatcher, LlamaCppBackend
+from harness.runners.external_runner import ExternalRunner, ExternalServer
 from harness.runners.observe import notify_planned
 from harness.runners.subprocess_runner import (
     DEFAULT_READY_TIMEOUT_S,
@@ -51,8 +57,8 @@ from harness.runners.subprocess_runner import (
     stop_all,
 )
 
-Server = SubprocessServer | ContainerServer
-ServerRunnerLike = SubprocessRunner | ContainerRunner
+Server = SubprocessServer | ContainerServer | ExternalServer
+ServerRunnerLike = SubprocessRunner | ContainerRunner | ExternalRunner
 StartServer = Callable[[LaunchSpec], Server]
 GPU_BACKENDS = (Backend.CUDA, Backend.ROCM, Backend.VULKAN)
 
@@ -93,6 +99,34 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     default=float(os.environ.get("HARNESS_READY_TIMEOUT",
                                                  DEFAULT_READY_TIMEOUT_S)),
                     help="seconds a server may take to become ready [env HARNESS_READY_TIMEOUT].")
+    group.addoption("--harness-planner-gpu", type=_planner_gpu_option,
+                    default=os.environ.get("HARNESS_PLANNER_GPU") or None,
+                    metavar="NAME:VRAM_MIB",
+                    help="the GPU plan_for plans for when a test names none (default: none); "
+                         "harness repro passes the one a run recorded [env HARNESS_PLANNER_GPU].")
+    group.addoption("--harness-external-server", metavar="URL",
+                    default=os.environ.get("HARNESS_EXTERNAL_SERVER") or None,
+                    help="attach every server start to this already running llama-server "
+                         "instead of starting one; its launch flags are yours "
+                         "[env HARNESS_EXTERNAL_SERVER].")
+    group.addoption("--harness-known-flakes", metavar="PATH",
+                    default=os.environ.get("HARNESS_KNOWN_FLAKES") or None,
+                    help="the reviewed known-flakes list (default: ci/known-flakes.yaml of the "
+                         "checkout when it has one; `none` turns it off) "
+                         "[env HARNESS_KNOWN_FLAKES].")
+
+
+def _planner_gpu_option(text: str) -> GpuInfo:
+    try:
+        return parse_gpu_spec(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def planner_gpu(config: pytest.Config) -> GpuInfo | None:
+    """The GPU ``plan_for`` plans for when a test names none (``--harness-planner-gpu``)."""
+    value = config.getoption("harness_planner_gpu")
+    return value if isinstance(value, GpuInfo) else None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -101,6 +135,9 @@ def pytest_configure(config: pytest.Config) -> None:
         RecordingPlugin(config, Path(run_json).resolve() if run_json else None,
                         lambda: config.stash.get(_BUILD_KEY, None)),
         "harness-recording")
+    flakes = KnownFlakesPlugin.from_config(config)
+    if flakes is not None:
+        config.pluginmanager.register(flakes, "harness-known-flakes")
     config.addinivalue_line("markers", "server: the test starts a real llama-server")
     config.addinivalue_line(
         "markers", "gpu(backend): the test needs a build and a device of this GPU backend "
@@ -124,6 +161,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             # (their owner process is gone); a live parallel session keeps its own.
             sweep_orphans(docker_engine())
     required = session.config.getoption("harness_require_gpu")
+    allowed = [b.value for b in GPU_BACKENDS]
+    if required and required not in allowed:
+        # argparse checks `choices` only for values given on the command line, so a bad
+        # HARNESS_REQUIRE_GPU (the option's default) arrives here unchecked.
+        pytest.exit(f"HARNESS_REQUIRE_GPU={required!r} is not a GPU backend; allowed: "
+                    f"{', '.join(allowed)} (or leave it unset to run without demanding one)",
+                    returncode=pytest.ExitCode.USAGE_ERROR)
     if required:
         missing = _gpu_missing(session.config, Backend(required))
         if missing:
@@ -188,14 +232,27 @@ def devices_of_build(config: pytest.Config) -> tuple[Device, ...]:
 
 
 def _gpu_missing(config: pytest.Config, backend: Backend) -> str | None:
-    """None when the build under test is a ``backend`` build that sees a device of it."""
+    """None when the build under test is a ``backend`` build that sees a device of it and
+    this runner's vendor tool (NVML, AMD SMI, vulkaninfo) lists a usable GPU of it.
+
+    Otherwise every problem, each with its fix: a runner whose driver is missing must
+    not pass on a build that happens to list a software device (Vulkan's llvmpipe).
+    """
+    # Imported on first use: only a run that asks for a GPU probes the vendor tools.
+
+    problems: list[str] = []
     build = build_under_test(config)
     if build.backend is not backend:
-        return f"the build under test ({build.binary}) is a {build.backend.value} build"
-    devices = [d for d in devices_of_build(config) if d.backend is backend]
-    if not devices:
-        return f"{build.binary} --list-devices shows no {backend.value} device"
-    return None
+        problems.append(
+            f"the build under test ({build.binary}) is a {build.backend.value} build; give a "
+            f"{backend.value} build with --harness-build (`harness build --backend "
+            f"{backend.value}`)")
+    elif not any(d.backend is backend for d in devices_of_build(config)):
+        problems.append(f"{build.binary} --list-devices shows no {backend.value} device")
+    health = runner_gpu_health(backend)
+    if not health.usable:
+        problems.append(f"this runner has no usable {backend.value} GPU: {health.reason}")
+    return "; ".join(problems) or None
 
 
 def pytest_keyboard_interrupt() -> None:
@@ -261,7 +318,6 @@ def container_image(pytestconfig: pytest.Config, harness_build: BuildUnderTest) 
 
 @pytest.fixture(scope="session")
 def server_runner(request: pytest.FixtureRequest, pytestconfig: pytest.Config,
-                  llama_server_binary: Path,
                   tmp_path_factory: pytest.TempPathFactory) -> ServerRunnerLike:
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     shared: dict[str, str] | None = None
@@ -277,6 +333,13 @@ def server_runner(request: pytest.FixtureRequest, pytestconfig: pytest.Config,
         threads = pinned
     log_dir = tmp_path_factory.mktemp("server-logs")
     timeout = pytestconfig.getoption("harness_ready_timeout")
+    external = pytestconfig.getoption("harness_external_server")
+    if external:
+        # A server the developer started: nothing is built or launched for it.
+        try:
+            return ExternalRunner(external, log_dir, ready_timeout_s=timeout)
+        except ConfigError as exc:
+            raise pytest.UsageError(str(exc)) from exc
     if pytestconfig.getoption("harness_runner") == "container":
         image = request.getfixturevalue("container_image")
         # The image's backend decides what the container is given: the NVIDIA device
@@ -289,7 +352,8 @@ def server_runner(request: pytest.FixtureRequest, pytestconfig: pytest.Config,
             client.close()
         return ContainerRunner(image, log_dir, ready_timeout_s=timeout, env=shared,
                                default_threads=threads, gpu=gpu)
-    return SubprocessRunner(llama_server_binary, log_dir, ready_timeout_s=timeout,
+    binary: Path = request.getfixturevalue("llama_server_binary")
+    return SubprocessRunner(binary, log_dir, ready_timeout_s=timeout,
                             env={**os.environ, **shared} if shared else None,
                             default_threads=threads)
 
@@ -314,8 +378,11 @@ LaunchPlanned = Callable[[LaunchPlan], Server]
 
 
 @pytest.fixture(scope="session")
-def plan_for(fixture_set: modelgen.FixtureSet, harness_build: BuildUnderTest) -> PlanFor:
-    """``plan_for(bundle=NAME | model=NAME, **PlanRequest fields)``: a plan for the build."""
+def plan_for(fixture_set: modelgen.FixtureSet, harness_build: BuildUnderTest,
+             pytestconfig: pytest.Config) -> PlanFor:
+    """``plan_for(bundle=NAME | model=NAME, **PlanRequest fields)``: a plan for the build;
+    ``gpu`` defaults to ``--harness-planner-gpu`` (none unless given)."""
+    default_gpu = planner_gpu(pytestconfig)
     configs = load_gpu_configs()
     forks = load_fork_kv_types()
     capabilities = harness_build.info.capabilities if harness_build.info else Capabilities()
@@ -334,6 +401,8 @@ def plan_for(fixture_set: modelgen.FixtureSet, harness_build: BuildUnderTest) ->
             request = PlanRequest(model_path=path, model=read_model_facts(path))
         request = dataclasses.replace(request, configs=configs, fork_kv_types=forks,
                                       capabilities=capabilities, build_key=harness_build.key)
+        if default_gpu is not None and "gpu" not in changes:
+            changes["gpu"] = default_gpu
         made = plan_launch(dataclasses.replace(request, **changes))  # type: ignore[arg-type]
         notify_planned(made)
         return made
@@ -350,7 +419,7 @@ def launch(server_runner: ServerRunnerLike) -> Iterator[LaunchPlanned]:
     def start(plan: LaunchPlan) -> Server:
         notify_planned(plan)
         server = dispatcher.dispatch(plan)
-        assert isinstance(server, SubprocessServer | ContainerServer)
+        assert isinstance(server, Server)
         started.append(server)
         return server
 

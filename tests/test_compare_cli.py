@@ -1,9 +1,12 @@
-"""``harness compare`` as CI runs it: exit codes, formats, --output, errors."""
+"""``harness compare`` as CI runs it: exit codes, formats, --output, errors, --service."""
 
 from __future__ import annotations
 
 import json
+import socket
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -12,6 +15,9 @@ from results_fixtures import CPU_BOX, GPU_BOX, at, fig, make_run, outcome
 from harness.results.compare_cli import compare_command
 from harness.results.model import Hardware
 from harness.results.store import open_store
+from harness.service.app import create_app
+from harness.service.background import serve_in_thread
+from harness.service.settings import ServiceSettings
 
 DECODE = (1000.0, 1012.0, 988.0, 995.0, 1005.0)
 
@@ -154,5 +160,123 @@ def test_unwritable_output_exits_2(url: str, tmp_path: Path) -> None:
 def test_usage_errors_exit_2_and_name_the_option(url: str, args: tuple[str, ...],
                                                  says: str) -> None:
     result = _run(url, *args)
+    assert result.exit_code == 2
+    assert says in result.stderr
+
+
+# -- --service: the same comparison asked of the results service -------------------
+
+TOKEN = "compare-token-" + "q" * 20
+
+
+def _no_report(results_dir: Path, output_dir: Path, *, history_path: Path,
+               report_name: str) -> list[str]:
+    output_dir.mkdir(parents=True)
+    (output_dir / "index.html").write_text("<html></html>")
+    return []
+
+
+@pytest.fixture
+def service(url: str, tmp_path: Path) -> Iterator[str]:
+    """The base URL of a live results service over the ``url`` store."""
+    app = create_app(ServiceSettings(data_dir=tmp_path / "service", token=TOKEN,
+                                     results_url=url, report_generator=_no_report))
+    with serve_in_thread(app) as base:
+        yield base
+
+
+def _ask(service_url: str, *args: str) -> Result:
+    return CliRunner().invoke(compare_command, [*args, "--service", service_url],
+                              catch_exceptions=False)
+
+
+def test_service_regression_exits_1_with_markdown_and_a_report_link(
+        url: str, service: str, tmp_path: Path) -> None:
+    _add(url, "pr-1", 850.0)
+    summary = tmp_path / "summary.md"
+    result = _ask(service, "--baseline", "main", "--current", "pr-1", "--output", str(summary))
+    assert result.exit_code == 1, result.output
+    assert result.stdout.startswith("## ❌ Regressed")
+    assert "`pr-1`" in result.stdout
+    assert "`main-4`" in result.stdout
+    assert f"{service}/runs/pr-1/report/" in result.stdout
+    assert summary.read_text() == result.stdout
+
+
+def test_service_json_matches_the_local_comparison(url: str, service: str) -> None:
+    _add(url, "pr-1", 995.0)
+    remote = _ask(service, "--baseline", "main", "--current", "pr-1", "--format", "json",
+                  "--window", "4", "--threshold", "0.1", "--z", "2", "--min-runs", "2")
+    assert remote.exit_code == 0, remote.output
+    local = _run(url, "--baseline", "main", "--current", "pr-1", "--format", "json",
+                 "--window", "4", "--threshold", "0.1", "--z", "2", "--min-runs", "2")
+    # The noise options reach the service: the bodies agree field for field.
+    assert json.loads(remote.stdout) == json.loads(local.stdout)
+    assert json.loads(remote.stdout)["rule"] == {"threshold": 0.1, "z": 2.0, "min_runs": 2}
+
+
+def test_service_newly_failing_test_exits_1(url: str, service: str) -> None:
+    _add(url, "pr-1", 1000.0, "failed")
+    result = _ask(service, "--baseline", "main", "--current", "pr-1", "--format", "json")
+    assert result.exit_code == 1, result.output
+    assert json.loads(result.stdout)["regressed"] is True
+
+
+def test_service_other_hardware_exits_2_with_the_services_message(url: str,
+                                                                  service: str) -> None:
+    _add(url, "gpu-1", 850.0, hardware=GPU_BOX)
+    result = _ask(service, "--baseline", "main-4", "--current", "gpu-1")
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert "HTTP 409" in result.stderr
+    assert GPU_BOX.describe() in result.stderr
+    assert "main-4" in result.stderr
+
+
+def test_service_unknown_baseline_exits_2_listing_what_exists(url: str, service: str) -> None:
+    _add(url, "pr-1", 850.0)
+    result = _ask(service, "--baseline", "nope", "--current", "pr-1")
+    assert result.exit_code == 2
+    assert "HTTP 404" in result.stderr
+    assert "baseline 'nope'" in result.stderr
+
+
+def test_service_unknown_current_exits_2(service: str) -> None:
+    result = _ask(service, "--baseline", "main", "--current", "ghost")
+    assert result.exit_code == 2
+    assert "'ghost'" in result.stderr
+
+
+def test_unreachable_service_exits_2_naming_the_url() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    gone = f"http://127.0.0.1:{port}"
+    result = _ask(gone, "--baseline", "main", "--current", "pr-1")
+    assert result.exit_code == 2
+    assert f"cannot reach the results service at {gone}" in result.stderr
+
+
+def test_a_server_that_is_not_the_service_exits_2(tmp_path: Path) -> None:
+    async def not_the_service(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/html")]})
+        await send({"type": "http.response.body", "body": b"<html>hello</html>"})
+
+    with serve_in_thread(not_the_service) as other:
+        result = _ask(other, "--baseline", "main", "--current", "pr-1")
+    assert result.exit_code == 2
+    assert "without a comparison" in result.stderr
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("--baseline", "main"), "--service needs --current RUN_ID"),
+    (("--baseline", "main", "--current", "pr-1", "--results-url", "sqlite:///x.sqlite"),
+     "give one"),
+])
+def test_service_usage_errors_exit_2(args: tuple[str, ...], says: str) -> None:
+    result = _ask("http://127.0.0.1:9", *args)
     assert result.exit_code == 2
     assert says in result.stderr

@@ -37,6 +37,7 @@ from harness.recording.run_file import (
     run_record,
     write_run,
 )
+from harness.repro.properties import repro_properties
 from harness.results.model import Hardware
 from harness.runners.observe import add_observer, remove_observer
 
@@ -101,6 +102,8 @@ class RecordingPlugin:
         module = owner.__name__.rsplit(".", 1)[-1] if owner is not None else item.name
         _dynamic.suite(module)
         _dynamic.feature(story.feature_of(module))
+        # `harness repro` finds the test again by it (Allure's fullName drops the path).
+        _dynamic.label("nodeid", item.nodeid)
         build: BuildUnderTest | None = self._resolved_build()
         if build is not None:
             _dynamic.label("backend", build.backend.value)
@@ -112,7 +115,8 @@ class RecordingPlugin:
                                   call: pytest.CallInfo[None]) -> Any:
         outcome = yield
         report: pytest.TestReport = outcome.get_result()
-        if report.failed:
+        # An expected failure (a known flake among them) failed too: keep its whole log.
+        if report.failed or (report.skipped and hasattr(report, "wasxfail")):
             item.stash[_FAILED] = True
         if report.when == "teardown":
             capture = self.recorder.take()
@@ -193,8 +197,14 @@ class RecordingPlugin:
             results.mkdir(parents=True, exist_ok=True)
             base_images = (build.info.base_image_digest
                             if build is not None and build.info is not None else None)
-            write_environment(results, environment_properties(self.hardware, ref, image,
-                                                              base_images))
+            props = environment_properties(self.hardware, ref, image, base_images)
+            from harness.plugin import planner_gpu  # noqa: PLC0415 (the plugin imports us)
+
+            # What `harness repro` needs to run a test again exactly as here.
+            props.update(repro_properties(
+                cmake_flags=build.info.cmake_flags if build is not None and build.info else None,
+                planner_gpu=planner_gpu(self.config), rootdir=self.config.rootpath))
+            write_environment(results, props)
             write_categories(results)
         if self.run_json is not None and ref is not None:
             record = run_record(run_id=new_run_id(), started_at=self.started_at,

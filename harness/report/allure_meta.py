@@ -29,9 +29,11 @@ from harness.files import atomic_write_bytes
 ENVIRONMENT_FILE = "environment.properties"
 CATEGORIES_FILE = "categories.json"
 
-#: Allure's test statuses a category can match (``skipped`` and ``passed`` never do here).
+#: Allure's test statuses a category can match (``passed`` never does here, ``skipped``
+#: only for a known flake).
 FAILED = "failed"
 BROKEN = "broken"
+SKIPPED = "skipped"
 _PROBLEM_STATUSES = (FAILED, BROKEN)
 
 
@@ -175,12 +177,20 @@ PLAN_FORWARDING = Category("Plan-forwarding mismatch", (
     Matcher(trace_regex=_suite_assertion("test_plan_forwarding.py")),
 ))
 
+KNOWN_FLAKE = Category("Known flake", (Matcher(
+    statuses=(SKIPPED,),
+    # harness/recording/flakes_plugin.py makes a listed failure an xfail whose reason
+    # starts "known flake: "; allure-pytest records it as skipped, "XFAIL <reason>".
+    message_regex=r"^XFAIL known flake: "),))
+
 #: In the order they are tried. Causes that make everything after them moot come first
 #: (no build, no server); the drafter before out-of-memory, as the supervisor classifies a
 #: start (a drafter that does not fit prints the OOM lines too); GPU use after both, since
 #: a failed start's quoted log can carry a GPU backend's complaints; the plan check last.
-CATEGORIES: tuple[Category, ...] = (BUILD_FAILURE, INFRASTRUCTURE, DRAFTER_FALLBACK,
-                                    OUT_OF_MEMORY, GPU_UNUSED, PLAN_FORWARDING)
+#: Known flakes (skipped results only) share no status with the rest; they come first.
+CATEGORIES: tuple[Category, ...] = (KNOWN_FLAKE, BUILD_FAILURE, INFRASTRUCTURE,
+                                    DRAFTER_FALLBACK, OUT_OF_MEMORY, GPU_UNUSED,
+                                    PLAN_FORWARDING)
 
 
 def categories_json(categories: tuple[Category, ...] = CATEGORIES) -> list[dict[str, Any]]:

@@ -3,6 +3,11 @@
 Exit codes: 0 no regression, 1 regression (a newly failing test or a figure worse
 beyond noise), 2 the comparison could not be made (bad option, unknown run, store
 down, hardware mismatch).
+
+``--service URL`` asks the results service (``GET /api/compare``) instead of opening
+the store: CI runners reach the service but not its database. The exit codes are the
+same; the service's refusal (409 on different hardware, 404 for an unknown run or
+baseline) is printed in its own words.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ import json
 from pathlib import Path
 
 import click
+import httpx
+from click.core import ParameterSource
 
 from harness.errors import HarnessError
 from harness.results.compare import NoiseRule, compare, select_baseline
@@ -20,6 +27,9 @@ from harness.results.store import ResultsStore, default_url, open_store
 EXIT_OK = 0
 EXIT_REGRESSED = 1
 EXIT_ERROR = 2
+COMPARE_PATH = "/api/compare"
+#: The service compares in one database query round; a minute covers a busy service.
+SERVICE_TIMEOUT_S = 60.0
 
 
 def _current_run(store: ResultsStore, run_id: str | None) -> RunRecord:
@@ -51,12 +61,65 @@ def _report(*, baseline: str, current: str | None, window: int, rule: NoiseRule,
     return text, comparison.regressed
 
 
+def _ask_service(service_url: str, params: dict[str, str]) -> httpx.Response:
+    """``GET /api/compare`` with ``params``; a refusal or no answer is a HarnessError."""
+    try:
+        response = httpx.get(service_url.rstrip("/") + COMPARE_PATH, params=params,
+                             timeout=SERVICE_TIMEOUT_S)
+    except httpx.HTTPError as exc:
+        raise HarnessError(f"cannot reach the results service at {service_url}: "
+                           f"{exc or type(exc).__name__}; check --service and that "
+                           "`harness serve` is running there") from exc
+    if response.status_code == 200:
+        return response
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    reason = body.get("error") if isinstance(body, dict) else None
+    reason = reason or response.text.strip()[:500] or "no reason given"
+    if response.status_code == 409:
+        raise HarnessError(f"the results service at {service_url} refused the comparison "
+                           f"(HTTP 409, different hardware): {reason}")
+    raise HarnessError(f"the results service at {service_url} answered HTTP "
+                       f"{response.status_code}: {reason}")
+
+
+def _service_report(service_url: str, *, baseline: str, current: str, window: int,
+                    rule: NoiseRule, output_format: str) -> tuple[str, bool]:
+    """The service's comparison, rendered, and whether it regressed."""
+    params = {"base": baseline, "head": current, "window": str(window),
+              "threshold": repr(rule.threshold), "z": repr(rule.z),
+              "min_runs": str(rule.min_runs)}
+    # The verdict always comes from the JSON answer: the markdown one carries none.
+    verdict = _ask_service(service_url, {**params, "format": "json"})
+    try:
+        body = verdict.json()
+    except ValueError:
+        body = None
+    if (not isinstance(body, dict) or not isinstance(body.get("regressed"), bool)
+            or not body.get("baseline_runs")):
+        raise HarnessError(f"{service_url} answered {COMPARE_PATH} without a comparison; "
+                           "is --service the address of `harness serve`?")
+    if output_format == "json":
+        return json.dumps(body, indent=2, sort_keys=True) + "\n", body["regressed"]
+    # The text is asked for with the anchor the verdict used, by run id, so a run
+    # uploaded to the baseline branch in between cannot make it describe another
+    # baseline than the verdict judged.
+    text = _ask_service(service_url, {**params, "base": str(body["baseline_runs"][0]),
+                                      "format": "markdown"}).text
+    report = f"{service_url.rstrip('/')}/runs/{current}/report/"
+    return (text.rstrip("\n") + f"\n\nAllure report of `{current}`: {report}\n",
+            body["regressed"])
+
+
 @click.command("compare")
 @click.option("--baseline", metavar="SELECTOR",
               help="Required. What to compare with: `latest` (the newest earlier run on "
                    "this hardware), a run id, or a branch name.")
 @click.option("--current", metavar="RUN_ID", default=None,
-              help="The run to judge (default: the newest stored run).")
+              help="The run to judge (default: the newest stored run; required with "
+                   "--service).")
 @click.option("--window", type=click.IntRange(min=1), default=5, show_default=True,
               help="Baseline runs for figures: the named run and those before it.")
 @click.option("--threshold", type=click.FloatRange(min=0), default=0.05, show_default=True,
@@ -73,21 +136,40 @@ def _report(*, baseline: str, current: str | None, window: int, rule: NoiseRule,
 @click.option("--results-url", envvar="HARNESS_RESULTS_URL", default=None, metavar="URL",
               help="Results store: sqlite:///PATH or postgresql://USER:PASSWORD@HOST/DB "
                    "[env HARNESS_RESULTS_URL; default: a SQLite file in the harness cache].")
+@click.option("--service", "service_url", metavar="URL", default=None,
+              help="Ask the results service at URL (GET /api/compare) instead of opening "
+                   "the store, e.g. on a CI runner that reaches only the service; needs "
+                   "--current.")
 @click.pass_context
 def compare_command(ctx: click.Context, *, baseline: str | None, current: str | None, window: int,
                     threshold: float, z: float, min_runs: int, output_format: str,
-                    output: Path | None, results_url: str | None) -> None:
+                    output: Path | None, results_url: str | None,
+                    service_url: str | None) -> None:
     """Compare a stored run with a baseline; exit 1 on a regression, 2 on an error."""
     if not baseline:
         # Checked here rather than by click so the message says what a selector is.
         raise click.UsageError("missing --baseline SELECTOR: `latest`, a stored run id, "
                                "or a branch name, e.g. --baseline main")
+    if service_url is not None:
+        if not current:
+            # No default here: in CI other jobs upload at the same time, so "the newest
+            # run on the service" need not be the one this job uploaded.
+            raise click.UsageError("--service needs --current RUN_ID: the run this job "
+                                   "uploaded (harness upload prints its id)")
+        if ctx.get_parameter_source("results_url") is ParameterSource.COMMANDLINE:
+            raise click.UsageError("--service and --results-url name two places to compare "
+                                   "in; give one")
     try:
-        text, regressed = _report(
-            baseline=baseline, current=current, window=window,
-            rule=NoiseRule(threshold=threshold, z=z, min_runs=min_runs),
-            output_format=output_format,
-            results_url=results_url if results_url else default_url())
+        rule = NoiseRule(threshold=threshold, z=z, min_runs=min_runs)
+        if service_url is not None and current:
+            text, regressed = _service_report(
+                service_url, baseline=baseline, current=current, window=window, rule=rule,
+                output_format=output_format)
+        else:
+            text, regressed = _report(
+                baseline=baseline, current=current, window=window, rule=rule,
+                output_format=output_format,
+                results_url=results_url if results_url else default_url())
         if output is not None:
             try:
                 output.write_text(text, encoding="utf-8")

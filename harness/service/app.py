@@ -9,6 +9,9 @@ Endpoints (JSON unless said otherwise; errors are ``{"error": "<what and the fix
   that is refused (the reason names the member), 503 when the store is down.
 - ``GET /api/runs?branch=&hardware=&limit=``: run summaries, newest first.
 - ``GET /api/runs/{run_id}``: the whole run record and its report state.
+- ``GET /api/runs/{run_id}/results?test=NODEID`` (or ``?result=ID``): that test's Allure
+  results (or one result's, by its uuid or Allure 3's id), newest first, with their text
+  attachments and the run's ``environment.properties`` — what ``harness repro`` needs.
 - ``GET /api/compare?base=SELECTOR&head=RUN_ID[&window&threshold&z&min_runs]
   [&format=markdown]``: what ``harness compare`` says; 409 on a hardware mismatch,
   404 for an unknown run or baseline.
@@ -57,6 +60,7 @@ from harness.service.bundle import BundleRejectedError, BundleTooLargeError
 from harness.service.ingest import Ingested, Ingestor
 from harness.service.layout import Layout, is_valid_run_id
 from harness.service.reports import ReportJob, ReportWorker, read_state
+from harness.service.results import find_results, read_environment
 from harness.service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -192,6 +196,27 @@ class _Service:
             if run is None:
                 return _run_not_found(run_id)
             return JSONResponse(summaries.run_detail(run, read_state(self.layout, run_id)))
+
+        return await run_in_threadpool(read)
+
+    async def get_results(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        test, result_id = request.query_params.get("test"), request.query_params.get("result")
+        if bool(test) == bool(result_id):
+            return _error(400, "results need ?test=NODEID (the pytest node id) or ?result=ID "
+                          "(a result's uuid, or the id in its report page's address)")
+
+        def read() -> Response:
+            if not is_valid_run_id(run_id) or not self.layout.run_dir(run_id).is_dir():
+                return _run_not_found(run_id)
+            results_dir = self.layout.results_dir(run_id)
+            found = find_results(results_dir, test=test, result_id=result_id)
+            if not found:
+                what = f"test {test!r}" if test else f"result {result_id!r}"
+                return _error(404, f"run {run_id!r} holds no Allure result for {what}; its "
+                              f"report at /runs/{run_id}/report/ lists the tests it has")
+            return JSONResponse({"run_id": run_id, "results": found,
+                                 "environment": read_environment(results_dir)})
 
         return await run_in_threadpool(read)
 
@@ -342,6 +367,7 @@ def create_app(settings: ServiceSettings,
             Route("/api/runs", service.post_run, methods=["POST"]),
             Route("/api/runs", service.list_runs, methods=["GET"]),
             Route("/api/runs/{run_id}", service.get_run, methods=["GET"]),
+            Route("/api/runs/{run_id}/results", service.get_results, methods=["GET"]),
             Route("/api/compare", service.compare, methods=["GET"]),
             Route("/api/history", service.history, methods=["GET"]),
             Route("/runs/{run_id}/report",

@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# The gate job, the same on GitHub Actions, GitLab CI and a developer's shell:
+#
+#   ci/scripts/gate.sh BACKEND [PYTEST_ARGS...]      BACKEND: cpu, cuda, rocm or vulkan
+#
+# 1. builds llama-server for BACKEND (cached by build key: a hit costs about a second),
+# 2. runs the suites in suites/ against it with Allure results and a run record,
+# 3. renders the one-file Allure report (the CI artifact),
+# 4. with HARNESS_SERVICE_URL set, uploads the run to the results service and
+# 5. compares it there with the baseline branch's runs on the same hardware, writing
+#    the markdown to the step summary.
+#
+# It exits non-zero when a suite test fails, when the comparison finds a regression
+# (exit 1) or cannot be made (exit 2), or when a step breaks; every step that can
+# still run after a failure runs, so the report and the upload exist for a red run.
+#
+# Settings (environment; the workflows set them, a shell may leave them unset):
+#   HARNESS_GATE_RUNNER   container (default; what CI runs) or subprocess (a native build
+#                         run as child processes: no Docker needed, how tests/ runs it)
+#   HARNESS_GATE_BASE     container only, where the base images come from: local
+#                         (`harness base-image`, Debian hosts; default for cpu/vulkan),
+#                         pull (`docker pull` of the Dockerfile's default bases, for
+#                         runners with registry access) or present (already on the
+#                         engine; default for cuda/rocm)
+#   HARNESS_GATE_OUT      output folder (default: harness-gate/ in the checkout):
+#                         allure-results/, run.json, report/index.html, summary.md
+#   HARNESS_GATE_BASELINE baseline selector for the comparison (default main); empty:
+#                         no comparison (a baseline run on main itself)
+#   HARNESS_GATE_SUMMARY  where the comparison's markdown goes (default:
+#                         $GITHUB_STEP_SUMMARY, else $HARNESS_GATE_OUT/summary.md)
+#   HARNESS_GATE_WORKERS  pytest-xdist workers (default auto)
+#   HARNESS_GATE_WINDOW, HARNESS_GATE_MIN_RUNS   the comparison's --window/--min-runs
+#                         (default 5 and 3; raise both on a noisy runner, see README)
+#   HARNESS_GATE_REQUIRE_GPU  1 (default for GPU backends): the run fails instead of
+#                         skipping when the build sees no device of BACKEND
+#   HARNESS_SERVICE_URL   the results service; unset: no upload, no comparison
+#   HARNESS_SERVICE_TOKEN its upload token: environment only, never an argument
+#   HARNESS_SOURCE        a llama.cpp tree to build instead of the pinned source
+#   HARNESS_BRANCH, HARNESS_COMMIT, HARNESS_RUN_ID   what the run is recorded as;
+#                         default: from the CI's variables, and a fresh run id
+set -euo pipefail
+
+backend=${1:?usage: ci/scripts/gate.sh BACKEND [PYTEST_ARGS...] (BACKEND: cpu, cuda, rocm, vulkan)}
+shift
+case $backend in
+  cpu | cuda | rocm | vulkan) ;;
+  *) echo "gate: unknown backend '$backend'; use cpu, cuda, rocm or vulkan" >&2; exit 2 ;;
+esac
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+# The checkout's virtual environment (scripts/setup.sh) when there is one; otherwise
+# the harness is pip-installed and `harness` is already on PATH.
+if [ -x "$root/.venv/bin/harness" ]; then
+  export PATH="$root/.venv/bin:$PATH"
+fi
+
+runner=${HARNESS_GATE_RUNNER:-container}
+out=${HARNESS_GATE_OUT:-$root/harness-gate}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+baseline=${HARNESS_GATE_BASELINE-main}
+summary=${HARNESS_GATE_SUMMARY:-${GITHUB_STEP_SUMMARY:-$out/summary.md}}
+workers=${HARNESS_GATE_WORKERS:-auto}
+window=${HARNESS_GATE_WINDOW:-5}
+min_runs=${HARNESS_GATE_MIN_RUNS:-3}
+service=${HARNESS_SERVICE_URL:-}
+results=$out/allure-results
+run_json=$out/run.json
+report=$out/report
+
+# What the run is recorded as. The harness reads the CI's own variables too; naming
+# them here keeps GitHub's pull-request head and GitLab's merge-request source first.
+branch=${HARNESS_BRANCH:-${GITHUB_HEAD_REF:-${CI_MERGE_REQUEST_SOURCE_BRANCH_NAME:-${GITHUB_REF_NAME:-${CI_COMMIT_REF_NAME:-}}}}}
+[ -z "$branch" ] || export HARNESS_BRANCH=$branch
+commit=${HARNESS_COMMIT:-${CI_MERGE_REQUEST_SOURCE_BRANCH_SHA:-${CI_COMMIT_SHA:-${GITHUB_SHA:-}}}}
+[ -z "$commit" ] || export HARNESS_COMMIT=$commit
+# Named here rather than by the plugin, so the upload and the comparison know it.
+random=$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')
+export HARNESS_RUN_ID=${HARNESS_RUN_ID:-$(date -u +%Y%m%dT%H%M%SZ)-$backend-$random}
+echo "$HARNESS_RUN_ID" >"$out/run-id"
+echo "gate: run $HARNESS_RUN_ID, $backend, runner $runner, branch ${HARNESS_BRANCH:-(from git)}" >&2
+
+# -- 1. the build under test ------------------------------------------------------
+run_args=(--harness-runner "$runner")
+if [ "$runner" = container ]; then
+  case ${HARNESS_GATE_BASE:-} in
+    local | "")
+      if [ "$backend" = cpu ] || [ "$backend" = vulkan ]; then
+        harness base-image --distro debian:13 >/dev/null
+      elif [ -n "${HARNESS_GATE_BASE:-}" ]; then
+        echo "gate: HARNESS_GATE_BASE=local makes Debian bases only (cpu, vulkan)" >&2
+        exit 2
+      fi
+      ;;
+    pull)
+      # The bases the Dockerfile defaults to, as the harness names them.
+      for image in $(python3 -c 'import sys
+from harness.facts.build import Backend
+from harness.planning.container_plan import DEFAULT_BASES
+print(*sorted(set(DEFAULT_BASES[Backend(sys.argv[1])].values())))' "$backend"); do
+        docker pull --quiet "$image"
+      done
+      ;;
+    present) ;;
+    *) echo "gate: HARNESS_GATE_BASE must be local, pull or present" >&2; exit 2 ;;
+  esac
+  # The last line on stdout is the image tag, harness/llama-server:<build key>.
+  image=$(harness build --backend "$backend" --container | tail -n 1)
+  run_args+=(--harness-image "$image" --harness-build "${image##*:}")
+elif [ "$runner" = subprocess ]; then
+  # The last line on stdout is the binary; its build.json lies beside it.
+  binary=$(harness build --backend "$backend" | tail -n 1)
+  run_args+=(--harness-build "$binary")
+else
+  echo "gate: HARNESS_GATE_RUNNER must be container or subprocess, not '$runner'" >&2
+  exit 2
+fi
+if [ "$backend" != cpu ] && [ "${HARNESS_GATE_REQUIRE_GPU:-1}" = 1 ]; then
+  run_args+=(--harness-require-gpu "$backend")
+fi
+
+# -- 2. the suites ------------------------------------------------------------------
+rm -f "$run_json"
+suites_rc=0
+(cd "$root" && python3 -m pytest suites -p no:cacheprovider -n "$workers" \
+  --alluredir "$results" --clean-alluredir --harness-run-record "$run_json" \
+  "${run_args[@]}" "$@") || suites_rc=$?
+echo "gate: suites exit $suites_rc" >&2
+
+# -- 3. the report artifact -----------------------------------------------------------
+# Its own history file: the runner's shared one would mix branches into the trend (the
+# service keeps one trend per branch and hardware).
+report_rc=0
+rm -f "$out/allure-history.jsonl"
+harness report --results "$results" --output "$report" \
+  --history "$out/allure-history.jsonl" --single-file || report_rc=$?
+
+# -- 4. and 5. the results service ----------------------------------------------------
+upload_rc=0
+compare_rc=0
+if [ -z "$service" ]; then
+  echo "gate: HARNESS_SERVICE_URL is not set: the run is not uploaded or compared" >&2
+  printf '## Gate: %s\n\nRun `%s`: suites exit %s; no results service configured, so no comparison.\n' \
+    "$backend" "$HARNESS_RUN_ID" "$suites_rc" >>"$summary"
+elif [ ! -f "$run_json" ]; then
+  echo "gate: pytest wrote no run record ($run_json): nothing to upload" >&2
+  upload_rc=1
+else
+  harness upload --url "$service" --run-json "$run_json" --results "$results" || upload_rc=$?
+  if [ "$upload_rc" = 0 ] && [ -n "$baseline" ]; then
+    harness compare --service "$service" --baseline "$baseline" --current "$HARNESS_RUN_ID" \
+      --window "$window" --min-runs "$min_runs" --output "$summary" || compare_rc=$?
+  elif [ "$upload_rc" = 0 ]; then
+    printf '## Gate: %s\n\nRun `%s` stored as a baseline (suites exit %s); not compared.\n' \
+      "$backend" "$HARNESS_RUN_ID" "$suites_rc" >>"$summary"
+  fi
+fi
+
+if [ -n "$service" ] && [ "$suites_rc" != 0 ]; then
+  # The comparison judges changes against the baseline; a failing test fails the job
+  # even when it failed on the baseline too, so the summary says so.
+  printf '\n**The suites failed (pytest exit %s)**: the job fails; the Allure report artifact lists the failures.\n' \
+    "$suites_rc" >>"$summary"
+fi
+echo "gate: suites $suites_rc, report $report_rc, upload $upload_rc, compare $compare_rc" >&2
+for rc in "$suites_rc" "$compare_rc" "$upload_rc" "$report_rc"; do
+  [ "$rc" = 0 ] || exit "$rc"
+done

@@ -1,0 +1,218 @@
+"""Looks at this machine for ``harness doctor``: the only part that does I/O.
+
+Each probe is the one the harness itself uses where there is one (the toolchain's
+compiler version, ``allure_command()``, the Docker engine, the GPU vendor tools, the
+results store), so what doctor reports is what a run will meet.
+"""
+
+from __future__ import annotations
+
+import getpass
+import grp
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import MappingProxyType
+
+import httpx
+
+from harness.builds.native import builds_dir, read_build_info
+from harness.doctor.checks import GPU_BACKENDS, GPU_COMPILERS, GROUPS
+from harness.doctor.facts import (
+    AllureFacts,
+    CachedBuild,
+    CacheFacts,
+    DeviceFacts,
+    DockerFacts,
+    DoctorFacts,
+    Package,
+    ServiceFacts,
+    StoreFacts,
+    Tool,
+)
+from harness.errors import HarnessError
+from harness.paths import REPO_ROOT, cache_root
+from harness.probes.docker_engine import docker_engine
+from harness.probes.gpu_access import host_group_id, readable_and_writable
+from harness.probes.gpu_configs import load_gpu_configs
+from harness.probes.gpu_health import probe_gpus
+from harness.probes.toolchain import compiler_version
+from harness.report.allure import allure_command
+from harness.results.store import default_url, display_url, open_store
+
+#: The packages a run imports, as their distributions are named.
+KEY_PACKAGES = ("pytest", "allure-pytest", "httpx", "gguf", "sqlalchemy", "psycopg",
+                "starlette", "uvicorn", "playwright", "docker", "testcontainers")
+SERVICE_URL_ENV = "HARNESS_SERVICE_URL"
+_TIMEOUT_S = 10.0
+
+
+def gather_facts() -> DoctorFacts:
+    gpus = {backend: probe_gpus(backend) for backend in GPU_BACKENDS}
+    try:
+        configs = load_gpu_configs()
+        configs_problem = None
+    except HarnessError as exc:
+        configs, configs_problem = (), str(exc)
+    build_tool = _tool("ninja") if shutil.which("ninja") else _tool("make")
+    return DoctorFacts(
+        python_version=".".join(str(p) for p in sys.version_info[:3]),
+        python_executable=sys.executable,
+        packages=tuple(_package(name, pins) for pins in [_pins()] for name in KEY_PACKAGES),
+        cmake=_tool("cmake"),
+        compiler=Tool("c++", shutil.which("c++"),
+                      compiler_version() if shutil.which("c++") else None),
+        build_tool=build_tool,
+        node=_tool("node"),
+        allure=_allure(),
+        docker=_docker(),
+        devices=_devices(),
+        cache=_cache(),
+        store=_store(),
+        service=_service(),
+        gpu_compilers=MappingProxyType({
+            backend: _tool(program) for backend, (program, _, _) in GPU_COMPILERS.items()}),
+        gpus=MappingProxyType(gpus),
+        gpu_configs=configs,
+        gpu_configs_problem=configs_problem,
+    )
+
+
+def _pins(path: Path = REPO_ROOT / "constraints.txt") -> dict[str, str]:
+    """``name==version`` lines of constraints.txt, by normalised name."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    pins = {}
+    for line in text.splitlines():
+        name, sep, version = line.split("#", 1)[0].strip().partition("==")
+        if sep:
+            pins[_normalise(name)] = version.strip()
+    return pins
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _package(name: str, pins: dict[str, str]) -> Package:
+    try:
+        version: str | None = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    return Package(name, version, pins.get(_normalise(name)))
+
+
+def _tool(program: str) -> Tool:
+    """``program``'s path and the line of its ``--version`` that names the version: the
+    first saying "version" or "release" (nvcc opens with a banner), else the first."""
+    path = shutil.which(program)
+    if path is None:
+        return Tool(program)
+    try:
+        proc = subprocess.run([path, "--version"], capture_output=True, text=True,
+                              timeout=_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return Tool(program, path)
+    lines = [line.strip() for line in (proc.stdout or proc.stderr).splitlines() if line.strip()]
+    if not lines:
+        return Tool(program, path)
+    named = [line for line in lines if re.search(r"\b(version|release)\b", line, re.I)]
+    line = (named or lines)[0]
+    return Tool(program, path, line if program in line.lower() else f"{program} {line}")
+
+
+def _allure() -> AllureFacts:
+    try:
+        allure_command()
+    except HarnessError as exc:
+        return AllureFacts(None, str(exc))
+    try:
+        manifest = json.loads((REPO_ROOT / "node_modules" / "allure" / "package.json")
+                              .read_text())
+        version = str(manifest.get("version"))
+    except (OSError, ValueError):
+        version = "?"
+    return AllureFacts(version)
+
+
+def _docker() -> DockerFacts:
+    try:
+        client = docker_engine()
+    except HarnessError as exc:
+        return DockerFacts(problem=str(exc))
+    try:
+        version = str(client.version().get("Version", "?"))
+        runtimes = tuple(sorted(client.info().get("Runtimes", {}) or {}))
+    except Exception as exc:  # the SDK's errors: the engine answered ping, then failed
+        return DockerFacts(problem=f"the Docker engine answers but `docker info` failed "
+                                   f"({exc}); check the engine's log")
+    finally:
+        client.close()
+    return DockerFacts(version=version, runtimes=runtimes)
+
+
+def _devices() -> DeviceFacts:
+    kfd = Path("/dev/kfd")
+    dri = Path("/dev/dri")
+    nodes = sorted(dri.glob("renderD*")) if dri.is_dir() else []
+    user_groups = []
+    for gid in os.getgroups():
+        try:
+            user_groups.append(grp.getgrgid(gid).gr_name)
+        except KeyError:
+            continue
+    return DeviceFacts(
+        kfd=kfd.exists(), kfd_openable=kfd.exists() and readable_and_writable(kfd),
+        dri=dri.is_dir(), render_nodes=tuple(str(n) for n in nodes),
+        dri_openable=any(readable_and_writable(n) for n in nodes),
+        user=getpass.getuser(), is_root=os.geteuid() == 0,
+        user_groups=tuple(user_groups),
+        host_groups=tuple(g for g in GROUPS if host_group_id(g) is not None))
+
+
+def _cache() -> CacheFacts:
+    root = cache_root()
+    existing = root
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    builds = []
+    unreadable = []
+    for record in sorted(builds_dir(root).glob("*/build.json")):
+        try:
+            info = read_build_info(record)
+        except HarnessError as exc:
+            unreadable.append(str(exc))
+            continue
+        builds.append(CachedBuild(info.key, info.backend, info.version))
+    return CacheFacts(str(root), os.access(existing, os.W_OK), tuple(builds), tuple(unreadable))
+
+
+def _store() -> StoreFacts:
+    try:
+        url = default_url()
+    except OSError as exc:
+        return StoreFacts("(default)", f"the harness cache cannot hold the store ({exc}); "
+                                       "set HARNESS_CACHE or HARNESS_RESULTS_URL")
+    try:
+        open_store(url).close()
+    except HarnessError as exc:
+        return StoreFacts(display_url(url), str(exc))
+    return StoreFacts(display_url(url))
+
+
+def _service() -> ServiceFacts:
+    url = os.environ.get(SERVICE_URL_ENV, "").strip().rstrip("/")
+    if not url:
+        return ServiceFacts()
+    try:
+        response = httpx.get(f"{url}/healthz", timeout=_TIMEOUT_S)
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        return ServiceFacts(url, problem=f"no answer ({type(exc).__name__}: {exc})")
+    return ServiceFacts(url, status=response.status_code)

@@ -1,0 +1,146 @@
+"""The CI gate job, run here end to end on the CPU path: ci/scripts/gate.sh itself.
+
+A real ``harness serve`` on loopback stands in for the results service. The script runs
+twice, as CI would: once on main (the baseline, uploaded and not compared) and once on a
+pull-request branch (uploaded, then compared through ``harness compare --service``). The
+build is the cached CPU build; the suites are cut down with ``-k`` to keep it short. CI's
+CPU job takes the container runner; here HARNESS_GATE_RUNNER=subprocess runs the same
+script on the native build, so no Docker engine is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = [pytest.mark.server, pytest.mark.alone]
+
+ROOT = Path(__file__).resolve().parent.parent
+GATE = ROOT / "ci" / "scripts" / "gate.sh"
+TOKEN = "gate-job-token-" + "k" * 24
+SUITES = "routing or performance or smoke"
+START_DEADLINE_S = 60.0
+GATE_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class Service:
+    url: str
+    data_dir: Path
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    """``harness serve`` in a child process, with its own data directory and store."""
+    port = _free_port()
+    data_dir = tmp_path / "service"
+    log = (tmp_path / "serve.log").open("w")
+    env = {**os.environ, "HARNESS_SERVICE_TOKEN": TOKEN}
+    argv = [str(Path(sys.executable).with_name("harness")), "serve", "--host", "127.0.0.1",
+            "--port", str(port), "--data-dir", str(data_dir),
+            "--results-url", f"sqlite:///{tmp_path / 'results.sqlite'}"]
+    with log, subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT) as server:
+        try:
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + START_DEADLINE_S
+            while True:
+                assert server.poll() is None, (tmp_path / "serve.log").read_text()
+                try:
+                    if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, "harness serve did not become healthy"
+                time.sleep(0.2)
+            yield Service(url, data_dir)
+        finally:
+            server.terminate()
+            server.wait(30)
+
+
+def _gate(service: Service, out: Path, summary: Path, *, branch: str, baseline: str,
+          suites: str = SUITES) -> subprocess.CompletedProcess[str]:
+    # The job's environment, as a workflow sets it; nothing of this shell's CI or
+    # harness settings leaks in (HARNESS_CACHE stays: it holds the cached build).
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith(("HARNESS_", "GITHUB_", "CI_"))}
+    if "HARNESS_CACHE" in os.environ:
+        env["HARNESS_CACHE"] = os.environ["HARNESS_CACHE"]
+    env.update({
+        "HARNESS_GATE_RUNNER": "subprocess",
+        "HARNESS_GATE_OUT": str(out),
+        "HARNESS_GATE_SUMMARY": str(summary),
+        "HARNESS_GATE_BASELINE": baseline,
+        "HARNESS_GATE_WORKERS": "2",
+        "HARNESS_SERVICE_URL": service.url,
+        "HARNESS_SERVICE_TOKEN": TOKEN,
+        "HARNESS_BRANCH": branch,
+        "HARNESS_COMMIT": f"commit-on-{branch}",
+    })
+    return subprocess.run([str(GATE), "cpu", "-k", suites], env=env, capture_output=True,
+                          text=True, timeout=GATE_TIMEOUT_S, check=False)
+
+
+def _detail(done: subprocess.CompletedProcess[str]) -> str:
+    return f"exit {done.returncode}\n--- stdout\n{done.stdout[-4000:]}\n--- stderr\n" \
+           f"{done.stderr[-6000:]}"
+
+
+def test_the_gate_job_stores_a_baseline_then_compares_a_pull_request(
+        service: Service, tmp_path: Path) -> None:
+    main_out, pr_out = tmp_path / "main", tmp_path / "pr"
+    main_summary, pr_summary = tmp_path / "main.md", tmp_path / "pr.md"
+
+    baseline = _gate(service, main_out, main_summary, branch="main", baseline="")
+    assert baseline.returncode == 0, _detail(baseline)
+    main_id = (main_out / "run-id").read_text().strip()
+    assert f"stored run {main_id} (new)" in baseline.stdout
+    assert "Run `" + main_id + "` stored as a baseline" in main_summary.read_text()
+    record = json.loads((main_out / "run.json").read_text())
+    assert (record["run_id"], record["branch"]) == (main_id, "main")
+    assert record["outcomes"], "the run record holds no test outcomes"
+    assert (main_out / "report" / "index.html").is_file()
+
+    pull = _gate(service, pr_out, pr_summary, branch="feature/gate", baseline="main")
+    assert pull.returncode == 0, _detail(pull)
+    pr_id = (pr_out / "run-id").read_text().strip()
+    assert pr_id != main_id
+    summary = pr_summary.read_text()
+    assert summary.startswith("## ✅ No regression"), summary
+    assert f"Run `{pr_id}` against baseline `{main_id}`" in summary
+    assert f"{service.url}/runs/{pr_id}/report/" in summary
+    # The comparison is printed to the job log as well as into the summary file.
+    assert summary in pull.stdout
+
+    runs = httpx.get(f"{service.url}/api/runs", timeout=10).json()["runs"]
+    assert {(run["run_id"], run["branch"]) for run in runs} == {
+        (main_id, "main"), (pr_id, "feature/gate")}
+
+
+def test_an_unknown_baseline_fails_the_job_with_exit_2(service: Service,
+                                                       tmp_path: Path) -> None:
+    done = _gate(service, tmp_path / "out", tmp_path / "summary.md", branch="lonely",
+                 baseline="no-such-branch", suites="performance")
+    assert done.returncode == 2, _detail(done)
+    assert "baseline 'no-such-branch'" in done.stderr
+    assert "compare 2" in done.stderr
+    # The run was still uploaded: the report and the record exist for a red gate.
+    runs = httpx.get(f"{service.url}/api/runs", timeout=10).json()["runs"]
+    assert [run["branch"] for run in runs] == ["lonely"]
+    assert (tmp_path / "out" / "report" / "index.html").is_file()
