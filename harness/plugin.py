@@ -31,9 +31,10 @@ from harness.planning.launch import LaunchSpec
 from harness.planning.plan import LaunchPlan, PlanRequest, plan_launch
 from harness.planning.routing import InferenceBackend
 from harness.probes.bundles import load_bundle
-from harness.probes.devices import Device, list_devices
+from harness.probes.devices import Device, list_devices, list_devices_in_image
 from harness.probes.docker_engine import docker_engine, engine_unavailable
 from harness.probes.gguf_facts import read_model_facts
+from harness.probes.gpu_access import check_gpu_access
 from harness.probes.gpu_configs import load_fork_kv_types, load_gpu_configs
 from harness.probes.gpu_health import runner_gpu_health
 from harness.recording.flakes_plugin import KnownFlakesPlugin
@@ -225,10 +226,38 @@ def _resolve_build(config: pytest.Config) -> BuildUnderTest:
 
 
 def devices_of_build(config: pytest.Config) -> tuple[Device, ...]:
-    """The GPU devices the build under test sees (``--list-devices``), listed once."""
+    """The GPU devices the build under test sees (``--list-devices``), listed once.
+
+    A container run asks the server inside its image, with the GPU access its servers
+    get: a container build's binary exists only in the image.
+    """
     if _DEVICES_KEY not in config.stash:
-        config.stash[_DEVICES_KEY] = list_devices(build_under_test(config).binary)
+        build = build_under_test(config)
+        image = _run_image(config, build)
+        config.stash[_DEVICES_KEY] = (_devices_in_image(image) if image is not None
+                                      else list_devices(build.binary))
     return config.stash[_DEVICES_KEY]
+
+
+def _run_image(config: pytest.Config, build: BuildUnderTest) -> str | None:
+    """The image a container run starts, when it is known without building one."""
+    if config.getoption("harness_runner") != "container":
+        return None
+    named = config.getoption("harness_image")
+    if named:
+        return str(named)
+    return build.info.image if build.info is not None else None
+
+
+def _devices_in_image(image: str) -> tuple[Device, ...]:
+    client = docker_engine()
+    try:
+        access = plan_gpu_access(image_backend(client, image), main_gpu=0)
+        runtimes = (client.info().get("Runtimes") or {}) if access is not None else {}
+        gpu = check_gpu_access(access, runtimes) if access is not None else None
+        return list_devices_in_image(client, image, gpu)
+    finally:
+        client.close()
 
 
 def _gpu_missing(config: pytest.Config, backend: Backend) -> str | None:
@@ -238,8 +267,6 @@ def _gpu_missing(config: pytest.Config, backend: Backend) -> str | None:
     Otherwise every problem, each with its fix: a runner whose driver is missing must
     not pass on a build that happens to list a software device (Vulkan's llvmpipe).
     """
-    # Imported on first use: only a run that asks for a GPU probes the vendor tools.
-
     problems: list[str] = []
     build = build_under_test(config)
     if build.backend is not backend:
@@ -247,8 +274,15 @@ def _gpu_missing(config: pytest.Config, backend: Backend) -> str | None:
             f"the build under test ({build.binary}) is a {build.backend.value} build; give a "
             f"{backend.value} build with --harness-build (`harness build --backend "
             f"{backend.value}`)")
-    elif not any(d.backend is backend for d in devices_of_build(config)):
-        problems.append(f"{build.binary} --list-devices shows no {backend.value} device")
+    else:
+        try:
+            devices = devices_of_build(config)
+        except HarnessError as exc:  # no access to the GPU from a container, a broken image
+            problems.append(f"the build's devices could not be listed: {exc}")
+        else:
+            if not any(d.backend is backend for d in devices):
+                problems.append(f"{build.binary} --list-devices shows no {backend.value} "
+                                "device")
     health = runner_gpu_health(backend)
     if not health.usable:
         problems.append(f"this runner has no usable {backend.value} GPU: {health.reason}")

@@ -11,10 +11,14 @@ import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from docker.errors import DockerException
 
 from harness.errors import BuildError
 from harness.facts.build import Backend
 from harness.facts.gpu import GpuInfo
+from harness.planning.container_gpu import ContainerGpuArgs
 
 _DEVICE = re.compile(r"^\s+(?P<name>(?P<prefix>[A-Za-z]+)\d+): (?P<description>.*) "
                      r"\((?P<total>\d+) MiB, (?P<free>\d+) MiB free\)\s*$")
@@ -57,3 +61,27 @@ def list_devices(binary: Path) -> tuple[Device, ...]:
         raise BuildError(f"{binary} --list-devices failed (exit {proc.returncode}): "
                          f"{(proc.stdout + proc.stderr)[-1000:]}")
     return parse_device_list(proc.stdout)
+
+
+def list_devices_in_image(client: Any, image: str,
+                          gpu: ContainerGpuArgs | None) -> tuple[Device, ...]:
+    """``--list-devices`` of the server inside ``image``, given the GPU access its runs get.
+
+    A container build's binary exists only in its image, so the host cannot run it; the
+    same device requests, device nodes and groups as the container runner's mean the
+    listing sees what the suites' servers will see.
+    """
+    kwargs = gpu.to_create_kwargs() if gpu is not None else {}
+    environment = dict(gpu.environment) if gpu is not None else {}
+    try:
+        output = client.containers.run(image, ["--list-devices"], remove=True,
+                                       network_mode="host", environment=environment,
+                                       stdout=True, stderr=True, **kwargs)
+    except DockerException as exc:
+        raise BuildError(f"{image} --list-devices failed in a container: {exc}; check the "
+                         "image with `harness images` and the GPU access with "
+                         "`harness doctor --backend <backend>`") from exc
+    text = output.decode("utf-8", "replace") if isinstance(output, bytes) else str(output)
+    if "Available devices:" not in text:
+        raise BuildError(f"{image} --list-devices printed no device list: {text[-1000:]}")
+    return parse_device_list(text)
