@@ -26,7 +26,7 @@ from harness.results.compare import (
     judge,
     select_baseline,
 )
-from harness.results.model import Direction, Figure, FigureKey, Hardware, RunRecord
+from harness.results.model import METRICS, Direction, Figure, FigureKey, Hardware, RunRecord
 from harness.results.store import ResultsStore
 
 # Shared fixtures (tests/ has no conftest.py): each store test runs on SQLite and PostgreSQL.
@@ -406,3 +406,22 @@ def test_a_baseline_on_other_hardware_is_refused(history: ResultsStore) -> None:
     assert CPU_BOX.describe() in str(caught.value)
     with pytest.raises(HardwareMismatchError):
         select_baseline(history, "gpu-only", current)
+
+
+def test_a_move_below_the_metrics_absolute_floor_never_counts() -> None:
+    # A quiet 3 ms first token moving to 4.5 ms: +50 % and far beyond 3 stdevs, but
+    # under the 5 ms floor of ttft_ms, so it is the clock's grain, not a regression.
+    quiet = [3.0, 3.01, 2.99, 3.0, 3.02]
+    assert judge(quiet, 4.5, Direction.LOWER_IS_BETTER).status == REGRESSED
+    floor = METRICS["ttft_ms"].min_change
+    assert judge(quiet, 4.5, Direction.LOWER_IS_BETTER, NoiseRule(), floor).status == UNCHANGED
+    assert judge(quiet, 9.0, Direction.LOWER_IS_BETTER, NoiseRule(), floor).status == REGRESSED
+
+
+def test_compare_applies_each_metrics_floor() -> None:
+    base = [make_run(f"b{i}", started_at=at(i), figures=(fig("ttft_ms", 3.0 + i * 0.01),))
+            for i in range(5)]
+    current = make_run("cur", started_at=at(9), figures=(fig("ttft_ms", 4.5),))
+    result = compare(list(reversed(base)), current)
+    assert not result.regressed
+    assert [r.status for r in result.figure_results] == [UNCHANGED]

@@ -489,7 +489,8 @@ def _comparison_markdown(c: Comparison) -> str:
         + f", on {c.hardware.describe()}.", "",
         f"A figure counts as moved when it is more than {rule.threshold * 100:g} % and "
         f"more than {rule.z:g} standard deviations from the mean of at least "
-        f"{rule.min_runs} baseline runs; tests compare with `{anchor}` alone.",
+        f"{rule.min_runs} baseline runs, and more than its metric's absolute floor "
+        f"(timings and memory); tests compare with `{anchor}` alone.",
     ]
     for name, title in _TEST_CATEGORIES:
         changes: tuple[TestChange, ...] = getattr(c, name)
