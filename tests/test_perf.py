@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pynvml
 import pytest
 
 from harness import modelgen
 from harness.perf.keys import figure_key, figures, fixture_label, offload_label
-from harness.perf.measure import kv_mib, measure_speed, peak_host_mib, prompt_ids, vram_mib
+from harness.perf.measure import (
+    amd_vram_mib,
+    kv_mib,
+    measure_speed,
+    peak_host_mib,
+    prompt_ids,
+    vram_mib,
+)
 from harness.planning.launch import LaunchSpec
 from harness.plugin import StartServer
 from harness.results.model import Figure, FigureKey
@@ -185,3 +193,49 @@ def test_measure_speed_of_the_bench_fixture(fixture_set: modelgen.FixtureSet,
     assert speed.ttft_ms > 0
     # A 32-token prompt is read in one batch; decoding is one token per step.
     assert speed.prompt_tps > speed.decode_tps, speed
+
+
+class _AmdSmi:
+    """A stand-in for the amdsmi module: two GPUs, processes in either API shape."""
+
+    def __init__(self, *, new_api: bool, fail_init: bool = False) -> None:
+        self.new_api = new_api
+        self.fail_init = fail_init
+        self.shut_down = False
+        self.processes: dict[str, list[dict[str, Any]]] = {
+            "gpu0": [{"pid": 4242, "memory_usage": {"vram_mem": 512 * 1024 * 1024}},
+                     {"pid": 7, "memory_usage": {"vram_mem": 1024}}],
+            "gpu1": [{"pid": 4242, "memory_usage": {"vram_mem": 256 * 1024 * 1024}}],
+        }
+
+    def amdsmi_init(self) -> None:
+        if self.fail_init:
+            raise RuntimeError("AMDSMI_STATUS_DRIVER_NOT_LOADED")
+
+    def amdsmi_shut_down(self) -> None:
+        self.shut_down = True
+
+    def amdsmi_get_processor_handles(self) -> list[str]:
+        return list(self.processes)
+
+    def amdsmi_get_gpu_process_list(self, handle: str) -> list[object]:
+        if self.new_api:
+            return list(self.processes[handle])
+        return [(handle, index) for index in range(len(self.processes[handle]))]
+
+    def amdsmi_get_gpu_process_info(self, handle: str,
+                                    entry: tuple[str, int]) -> dict[str, Any]:
+        info = self.processes[handle][entry[1]]
+        return {"pid": info["pid"], "mem": info["memory_usage"]["vram_mem"]}
+
+
+@pytest.mark.parametrize("new_api", [True, False], ids=["process-dicts", "process-handles"])
+def test_amd_smi_vram_is_summed_over_gpus_for_the_process(new_api: bool) -> None:
+    smi = _AmdSmi(new_api=new_api)
+    assert amd_vram_mib(4242, smi) == 768.0
+    assert smi.shut_down
+    assert amd_vram_mib(999, smi) is None
+
+
+def test_amd_smi_without_a_driver_gives_no_figure() -> None:
+    assert amd_vram_mib(4242, _AmdSmi(new_api=True, fail_init=True)) is None

@@ -3,17 +3,21 @@
 Speeds come from the server's own ``timings`` (prompt and decode tokens per second) on
 a fixed token-id prompt, so every fixture gets exactly the prompt length its key says,
 whatever its vocabulary. Time to first token is the client's clock on a streamed
-completion. Peak host memory is the process's ``VmHWM``; VRAM is read through NVML
-where it is installed and answers (the figure is left out otherwise, never guessed).
+completion. Peak host memory is the process's ``VmHWM``; VRAM is read through NVML,
+else AMD SMI, where one is installed and answers (the figure is left out otherwise,
+never guessed).
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pynvml
@@ -104,9 +108,53 @@ def peak_host_mib(pid: int | None) -> float | None:
 
 
 def vram_mib(pid: int | None) -> float | None:
-    """GPU memory the process holds, summed over devices, from NVML; None where unreadable."""
+    """GPU memory the process holds, summed over devices: NVML, else AMD SMI; else None."""
     if pid is None:
         return None
+    nvidia = _nvml_vram_mib(pid)
+    return nvidia if nvidia is not None else amd_vram_mib(pid)
+
+
+def amd_vram_mib(pid: int, amdsmi: Any = None) -> float | None:
+    """VRAM ``pid`` holds on AMD GPUs through AMD SMI (``amdsmi``: the module or a stand-in).
+
+    ROCm 6.1+ lists processes as dicts with ``memory_usage.vram_mem`` (bytes); older
+    releases list handles that ``amdsmi_get_gpu_process_info`` turns into such a dict
+    (``mem`` there). None without the module, without a device, or without the process.
+    """
+    module = amdsmi
+    if module is None:
+        try:
+            module = importlib.import_module("amdsmi")
+        except ImportError:  # no ROCm SMI here: not an AMD machine
+            return None
+    try:
+        module.amdsmi_init()
+    except Exception:
+        return None
+    try:
+        used = 0
+        found = False
+        for handle in module.amdsmi_get_processor_handles():
+            for entry in module.amdsmi_get_gpu_process_list(handle):
+                info = (entry if isinstance(entry, dict)
+                        else module.amdsmi_get_gpu_process_info(handle, entry))
+                if int(info.get("pid", -1)) != pid:
+                    continue
+                memory = info.get("memory_usage") or {}
+                vram = memory.get("vram_mem", info.get("mem"))
+                if vram is not None:
+                    used += int(vram)
+                    found = True
+        return used / (1024.0 * 1024.0) if found else None
+    except Exception:  # an SMI that fails mid-way: the figure is left out, never guessed
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            module.amdsmi_shut_down()
+
+
+def _nvml_vram_mib(pid: int) -> float | None:
     try:
         pynvml.nvmlInit()
     except Exception:  # no NVIDIA driver here: the figure is simply not available

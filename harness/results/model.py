@@ -48,7 +48,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("peak_host_mib", "MiB", Direction.LOWER_IS_BETTER,
            "peak resident memory of the server process (VmHWM)", min_change=1.0),
     Metric("peak_vram_mib", "MiB", Direction.LOWER_IS_BETTER,
-           "peak GPU memory of the server process (NVML)", min_change=16.0),
+           "peak GPU memory of the server process (NVML or AMD SMI)", min_change=16.0),
 )}
 
 
