@@ -6,11 +6,12 @@ import platform
 import socket
 from pathlib import Path
 
-import pynvml
 import pytest
 
 from harness.facts.build import Backend
+from harness.probes import gpu_health, hardware
 from harness.probes.devices import Device
+from harness.probes.gpu_health import runner_gpu_health
 from harness.probes.hardware import cpu_model, detect_hardware
 
 EPYC = "AMD EPYC 7763 64-Core Processor"
@@ -19,16 +20,8 @@ RADEON = Device(name="Vulkan0", backend=Backend.VULKAN,
                 free_mib=23000)
 
 
-def _nvml_answers() -> bool:
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return False
-    pynvml.nvmlShutdown()
-    return True
-
-
-NO_NVML = pytest.mark.skipif(_nvml_answers(), reason="NVML names the GPU on this machine")
+NO_NVML = pytest.mark.skipif(bool(runner_gpu_health(Backend.CUDA).gpus),
+                             reason="NVML names the GPU on this machine")
 
 
 def _cpuinfo(tmp_path: Path, text: str) -> Path:
@@ -80,3 +73,13 @@ def test_without_nvml_or_gpu_devices_there_is_no_gpu() -> None:
         hardware = detect_hardware(devices)
         assert (hardware.gpu, hardware.vram_mib) == ("none", None)
         assert hardware.describe().startswith("no GPU on ")
+
+
+def test_an_nvidia_gpu_the_runner_probe_lists_names_the_hardware(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    h200 = gpu_health.SeenGpu(name="NVIDIA H200", source=gpu_health.NVML, driver="570.86",
+                              total_mib=143771, free_mib=143000)
+    listed = gpu_health.GpuHealth(Backend.CUDA, gpu_health.NVML, gpus=(h200,))
+    monkeypatch.setattr(hardware, "runner_gpu_health", lambda backend: listed)
+    found = detect_hardware((RADEON,))
+    assert (found.gpu, found.gpu_driver, found.vram_mib) == ("NVIDIA H200", "570.86", 143771)
