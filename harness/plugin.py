@@ -20,7 +20,12 @@ import pytest
 from harness import modelgen
 from harness.builds.container_build import build_image, image_backend
 from harness.builds.resolve import ensure_build, resolve_source
-from harness.builds.under_test import BuildUnderTest, from_result, resolve_named_build
+from harness.builds.under_test import (
+    BuildUnderTest,
+    from_result,
+    resolve_named_build,
+    run_image,
+)
 from harness.errors import ConfigError, HarnessError
 from harness.facts.build import Backend, Capabilities
 from harness.facts.gpu import GpuInfo
@@ -233,20 +238,11 @@ def devices_of_build(config: pytest.Config) -> tuple[Device, ...]:
     """
     if _DEVICES_KEY not in config.stash:
         build = build_under_test(config)
-        image = _run_image(config, build)
+        image = run_image(build, config.getoption("harness_runner"),
+                          config.getoption("harness_image"))
         config.stash[_DEVICES_KEY] = (_devices_in_image(image) if image is not None
                                       else list_devices(build.binary))
     return config.stash[_DEVICES_KEY]
-
-
-def _run_image(config: pytest.Config, build: BuildUnderTest) -> str | None:
-    """The image a container run starts, when it is known without building one."""
-    if config.getoption("harness_runner") != "container":
-        return None
-    named = config.getoption("harness_image")
-    if named:
-        return str(named)
-    return build.info.image if build.info is not None else None
 
 
 def _devices_in_image(image: str) -> tuple[Device, ...]:

@@ -15,13 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import test_vulkan_container
 
-from harness.builds.container_build import build_image
-from harness.builds.resolve import resolve_source
 from harness.errors import BuildError
-from harness.facts.build import Backend
-from harness.paths import REPO_ROOT, cache_root
-from harness.planning.build_plan import BuildRequest
+from harness.paths import REPO_ROOT
 from harness.probes.devices import list_devices_in_image
 from harness.probes.docker_engine import docker_engine
 
@@ -31,15 +28,9 @@ pytestmark = [pytest.mark.docker, pytest.mark.server]
 @pytest.fixture(scope="module")
 def vulkan_build() -> tuple[str, str]:
     """(image, build key) of the pinned source's Vulkan image (a cache hit in CI)."""
-    cache = cache_root()
-    client = docker_engine()
-    try:
-        built = build_image(client, cache, resolve_source(cache, None),
-                            BuildRequest(backend=Backend.VULKAN))
-    finally:
-        client.close()
-    assert built.info.image is not None
-    return built.info.image, built.info.key
+    info = test_vulkan_container.vulkan_build()
+    assert info.image is not None
+    return info.image, info.key
 
 
 def test_the_vulkan_image_lists_no_device_without_a_gpu(vulkan_build: tuple[str, str]) -> None:

@@ -15,8 +15,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -27,10 +25,10 @@ from typing import Any
 import allure
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
+from test_report import run_tiny_suite
 
 from harness.report.allure import GROUP_BY, generate_report
 
-TINY_SUITE = Path(__file__).parent / "data" / "allure" / "tiny_suite"
 CHROMIUM = shutil.which("chromium")
 #: allure-pytest ships no type hints; the one call goes through this untyped name.
 _attach_file: Any = allure.attach.file
@@ -39,21 +37,6 @@ DATE = re.compile(r"^\d{1,2}/\d{1,2}/\d{4}$")
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="needs the system Chromium: `apt-get install chromium` (CI "
     "installs it)")
-
-
-def run_tiny_suite(workdir: Path, results: Path, *, second_run: bool = False) -> Path:
-    """Run the tiny suite under allure-pytest; the results land in ``results``."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    for name in ("alpha", "beta"):
-        (workdir / f"test_{name}.py").write_text((TINY_SUITE / f"tiny_{name}.py").read_text())
-    env = {**os.environ, "TINY_SECOND_RUN": "1" if second_run else "0"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "test_alpha.py", "test_beta.py", "--alluredir",
-         str(results), "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly",
-         "-o", "addopts=", "-q"],
-        cwd=workdir, env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 1, proc.stdout + proc.stderr  # 1: some tests failed
-    return results
 
 
 #: The labels the report's tree is grouped by (harness.report.allure.GROUP_BY).

@@ -17,7 +17,7 @@ from harness import modelgen
 from harness.builds.container_build import build_image
 from harness.builds.resolve import resolve_source
 from harness.client import ServerClient
-from harness.facts.build import Backend
+from harness.facts.build import Backend, BuildInfo
 from harness.paths import cache_root
 from harness.planning.build_plan import BuildRequest
 from harness.planning.launch import LaunchSpec
@@ -28,9 +28,8 @@ from harness.verdicts.gpu_use import GpuState, gpu_verdict
 pytestmark = [pytest.mark.docker, pytest.mark.server]
 
 
-@pytest.fixture(scope="module")
-def vulkan_image() -> str:
-    """The Vulkan image of the pinned source (`harness build --backend vulkan --container`)."""
+def vulkan_build() -> BuildInfo:
+    """The Vulkan image build of the pinned source (a cache hit once test.sh built it)."""
     cache = cache_root()
     client = docker_engine()
     try:
@@ -39,8 +38,16 @@ def vulkan_image() -> str:
     finally:
         client.close()
     assert built.info.image is not None
-    assert "draft-mtp" in built.info.capabilities.spec_types
-    return built.info.image
+    return built.info
+
+
+@pytest.fixture(scope="module")
+def vulkan_image() -> str:
+    """The Vulkan image of the pinned source (`harness build --backend vulkan --container`)."""
+    info = vulkan_build()
+    assert "draft-mtp" in info.capabilities.spec_types
+    assert info.image is not None
+    return info.image
 
 
 def _serve(image: str, model: Path, tmp_path: Path, env: dict[str, str] | None) -> str:

@@ -73,7 +73,7 @@ def build_image(client: Any, cache: Path, source: SourceTree, request: BuildRequ
                 progress: ProgressCallback | None = None) -> ContainerBuild:
     """The image for these inputs, built now unless the engine already has it."""
     chosen = resolve_bases(client, cache, request.backend, bases)
-    base_ids = [_image_id(client, chosen[arg]) for arg in IMAGE_ARGS]
+    base_ids = [image_id(client, chosen[arg]) for arg in IMAGE_ARGS]
     key = build_key(source.digest, request, "container:" + ",".join(base_ids))
     tag = f"{IMAGE_REPOSITORY}:{key}"
     directory = builds_dir(cache) / key
@@ -157,7 +157,8 @@ def _present(client: Any, image: str) -> bool:
     return True
 
 
-def _image_id(client: Any, image: str) -> str:
+def image_id(client: Any, image: str) -> str:
+    """The engine's id of ``image`` (the sha256 of its config)."""
     return str(client.images.get(image).id)
 
 

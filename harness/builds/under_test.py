@@ -30,6 +30,16 @@ class BuildUnderTest:
         return self.info.key if self.info else f"binary:{self.binary}"
 
 
+def run_image(build: BuildUnderTest, runner: str, named_image: str | None) -> str | None:
+    """The image a run's servers start in, when known without building one: a container
+    run's ``--harness-image``, else the build's own image; None for a subprocess run."""
+    if runner != "container":
+        return None
+    if named_image:
+        return named_image
+    return build.info.image if build.info is not None else None
+
+
 def from_result(result: BuildResult) -> BuildUnderTest:
     return BuildUnderTest(binary=result.binary, info=result.info)
 

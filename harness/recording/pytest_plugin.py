@@ -20,7 +20,8 @@ from typing import Any
 import allure
 import pytest
 
-from harness.builds.under_test import BuildUnderTest
+from harness.builds.container_build import image_id
+from harness.builds.under_test import BuildUnderTest, run_image
 from harness.perf.keys import figures
 from harness.probes.docker_engine import docker_engine
 from harness.probes.hardware import detect_hardware
@@ -184,7 +185,9 @@ class RecordingPlugin:
         build: BuildUnderTest | None = self._resolved_build()
         if build is None and self._names_a_build():
             build = build_under_test(self.config)
-        image = self._container_image(build) if build is not None else None
+        image = (run_image(build, self.config.getoption("harness_runner"),
+                           self.config.getoption("harness_image"))
+                 if build is not None else None)
         ref = (build_ref(build.info, build.binary, build.key, image_id=_image_id(image))
                if build is not None else None)
         if alluredir is not None:
@@ -224,14 +227,6 @@ class RecordingPlugin:
                 or bool(self.config.getoption("harness_build"))
                 or bool(self.config.getoption("harness_server_bin")))
 
-    def _container_image(self, build: BuildUnderTest) -> str | None:
-        """The image the servers ran in: only a container run has one."""
-        if self.config.getoption("harness_runner") != "container":
-            return None
-        named = self.config.getoption("harness_image")
-        if named:
-            return str(named)
-        return build.info.image if build.info is not None else None
 
 
 def _image_id(image: str | None) -> str | None:
@@ -241,7 +236,7 @@ def _image_id(image: str | None) -> str | None:
     try:
         client = docker_engine()
         try:
-            return str(client.images.get(image).id)
+            return image_id(client, image)
         finally:
             client.close()
     except Exception:  # an engine gone at session end costs only this one property
