@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import service_helpers
 from click.testing import CliRunner, Result
 from results_fixtures import CPU_BOX, GPU_BOX, at, fig, make_run, outcome
 
@@ -169,18 +170,11 @@ def test_usage_errors_exit_2_and_name_the_option(url: str, args: tuple[str, ...]
 TOKEN = "compare-token-" + "q" * 20
 
 
-def _no_report(results_dir: Path, output_dir: Path, *, history_path: Path,
-               report_name: str) -> list[str]:
-    output_dir.mkdir(parents=True)
-    (output_dir / "index.html").write_text("<html></html>")
-    return []
-
-
 @pytest.fixture
 def service(url: str, tmp_path: Path) -> Iterator[str]:
     """The base URL of a live results service over the ``url`` store."""
     app = create_app(ServiceSettings(data_dir=tmp_path / "service", token=TOKEN,
-                                     results_url=url, report_generator=_no_report))
+                                     results_url=url, report_generator=service_helpers.no_report))
     with serve_in_thread(app) as base:
         yield base
 

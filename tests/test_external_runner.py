@@ -8,13 +8,13 @@ it running when the test is done.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import service_helpers
 
 from harness import modelgen
 from harness.client import ServerClient
@@ -56,15 +56,9 @@ def test_start_returns_the_external_server_and_stop_leaves_it_running(
         assert client.health().ok
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_no_server_at_the_address_names_it_and_the_fix(tmp_path: Path,
                                                        fixture_set: modelgen.FixtureSet) -> None:
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{service_helpers.free_port()}"
     runner = ExternalRunner(url, tmp_path, ready_timeout_s=0.5)
     with pytest.raises(ServerNotReadyError) as caught:
         runner.start(LaunchSpec(model=fixture_set.model("dense")))

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
+import service_helpers
 
 pytestmark = [pytest.mark.server, pytest.mark.alone]
 
@@ -29,7 +28,6 @@ ROOT = Path(__file__).resolve().parent.parent
 GATE = ROOT / "ci" / "scripts" / "gate.sh"
 TOKEN = "gate-job-token-" + "k" * 24
 SUITES = "routing or performance or smoke"
-START_DEADLINE_S = 60.0
 GATE_TIMEOUT_S = 300
 
 
@@ -39,16 +37,10 @@ class Service:
     data_dir: Path
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[Service]:
     """``harness serve`` in a child process, with its own data directory and store."""
-    port = _free_port()
+    port = service_helpers.free_port()
     data_dir = tmp_path / "service"
     log = (tmp_path / "serve.log").open("w")
     env = {**os.environ, "HARNESS_SERVICE_TOKEN": TOKEN}
@@ -58,16 +50,7 @@ def service(tmp_path: Path) -> Iterator[Service]:
     with log, subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT) as server:
         try:
             url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + START_DEADLINE_S
-            while True:
-                assert server.poll() is None, (tmp_path / "serve.log").read_text()
-                try:
-                    if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "harness serve did not become healthy"
-                time.sleep(0.2)
+            service_helpers.wait_healthy(url, server, tmp_path / "serve.log")
             yield Service(url, data_dir)
         finally:
             server.terminate()

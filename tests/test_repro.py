@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 import pytest
+import service_helpers
 from click.testing import CliRunner, Result
 from results_fixtures import make_run
 
@@ -405,7 +406,7 @@ def test_repro_from_the_results_service(recorded_run: Recorded, tmp_path: Path) 
     bundle = make_bundle(run_json, recorded_run.results, tmp_path / "bundle.tar.gz")
     app = create_app(ServiceSettings(data_dir=tmp_path / "data", token=TOKEN,
                                      results_url=f"sqlite:///{tmp_path / 'r.sqlite'}",
-                                     report_generator=_no_report))
+                                     report_generator=service_helpers.no_report))
     failing = json.loads(recorded_run.result_of(FAILING).read_text())
     with serve_in_thread(app) as url:
         assert upload_bundle(url, bundle, TOKEN).created
@@ -434,13 +435,6 @@ def _check_results_route(url: str, failing: dict[str, Any]) -> None:
         missing = client.get("/api/runs/no-such-run/results", params={"test": FAILING})
         assert missing.status_code == 404
         assert "no run 'no-such-run'" in missing.json()["error"]
-
-
-def _no_report(results_dir: Path, output_dir: Path, *, history_path: Path,
-               report_name: str) -> list[str]:
-    output_dir.mkdir(parents=True)
-    (output_dir / "index.html").write_text("<html></html>")
-    return []
 
 
 @pytest.mark.server

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+import service_helpers
 from click.testing import CliRunner, Result
 from results_fixtures import make_run
 
@@ -28,14 +27,6 @@ from harness.service.cli import serve_command, upload_command
 from harness.service.settings import TOKEN_ENV, ServiceSettings
 
 TOKEN = "cli-token-" + "z" * 20
-START_DEADLINE_S = 60.0
-
-
-def _no_report(results_dir: Path, output_dir: Path, *, history_path: Path,
-               report_name: str) -> list[str]:
-    output_dir.mkdir(parents=True)
-    (output_dir / "index.html").write_text("<html></html>")
-    return []
 
 
 @pytest.fixture
@@ -43,7 +34,8 @@ def service(tmp_path: Path) -> Iterator[tuple[str, str]]:
     """(base URL, store URL) of a running service."""
     results_url = f"sqlite:///{tmp_path / 'results.sqlite'}"
     app = create_app(ServiceSettings(data_dir=tmp_path / "data", token=TOKEN,
-                                     results_url=results_url, report_generator=_no_report))
+                                     results_url=results_url,
+                                     report_generator=service_helpers.no_report))
     with serve_in_thread(app) as url:
         yield url, results_url
 
@@ -96,7 +88,8 @@ def test_bundle_over_the_limit_exits_1_with_413(tmp_path: Path,
                                                run_files: tuple[Path, Path]) -> None:
     app = create_app(ServiceSettings(data_dir=tmp_path / "small", token=TOKEN,
                                      results_url=f"sqlite:///{tmp_path / 'small.sqlite'}",
-                                     max_upload_bytes=256, report_generator=_no_report))
+                                     max_upload_bytes=256,
+                                     report_generator=service_helpers.no_report))
     (run_files[1] / "big.txt").write_bytes(os.urandom(4096))
     with serve_in_thread(app) as url:
         answer = _upload(url, run_files)
@@ -112,14 +105,8 @@ def test_no_token_is_a_usage_error(service: tuple[str, str],
     assert TOKEN_ENV in answer.output
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_unreachable_service_names_the_url(run_files: tuple[Path, Path]) -> None:
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{service_helpers.free_port()}"
     answer = _upload(url, run_files, "--timeout", "5")
     assert answer.exit_code == 1
     assert f"cannot reach the results service at {url}" in answer.output
@@ -134,7 +121,7 @@ def test_serve_refuses_to_start_without_a_token(tmp_path: Path) -> None:
 
 
 def test_serve_runs_and_takes_an_upload(tmp_path: Path, run_files: tuple[Path, Path]) -> None:
-    port = _free_port()
+    port = service_helpers.free_port()
     results_url = f"sqlite:///{tmp_path / 'served.sqlite'}"
     env = {**os.environ, TOKEN_ENV: TOKEN, "HARNESS_CACHE": str(tmp_path / "cache")}
     code = "from harness.service.cli import serve_command; serve_command()"
@@ -144,16 +131,7 @@ def test_serve_runs_and_takes_an_upload(tmp_path: Path, run_files: tuple[Path, P
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as server:
         try:
             url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + START_DEADLINE_S
-            while True:
-                assert server.poll() is None, server.stdout.read() if server.stdout else ""
-                try:
-                    if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "harness serve did not become healthy"
-                time.sleep(0.2)
+            service_helpers.wait_healthy(url, server)
             answer = _upload(url, run_files)
             assert answer.exit_code == 0, answer.output
             assert "(new)" in answer.output
