@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from types import MappingProxyType
 
+import gpu_helpers
 import pynvml
 import pytest
 from click.testing import CliRunner
@@ -296,13 +297,6 @@ def test_constraints_pins_are_read_by_normalised_name(tmp_path: Path) -> None:
 # --- the real command -----------------------------------------------------------------
 
 
-def _nvml_answers() -> bool:
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return False
-    pynvml.nvmlShutdown()
-    return True
 
 
 @pytest.fixture
@@ -330,12 +324,12 @@ def test_doctor_json_parses_and_marks_no_gpu_rows_not_required(
     assert rows["package pytest"]["status"] == "ok"
     gpu_rows = [row for check, row in rows.items() if check.startswith("cuda GPU")]
     assert gpu_rows
-    if not _nvml_answers():
+    if not gpu_helpers.nvml_answers():
         assert [(r["status"], r["required"]) for r in gpu_rows] == [("n/a", False)]
     assert rows["results store"]["detail"].startswith("opens: sqlite:///")
 
 
-@pytest.mark.skipif(_nvml_answers(), reason="NVML answers on this machine")
+@pytest.mark.skipif(gpu_helpers.nvml_answers(), reason="NVML answers on this machine")
 def test_doctor_for_cuda_exits_1_here_and_names_the_driver_fix(
         isolated: dict[str, str | None]) -> None:
     result = CliRunner().invoke(doctor_command, ["--backend", "cuda", "--json"], env=isolated)

@@ -15,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import gpu_helpers
 import pynvml
 import pytest
 
@@ -51,16 +52,9 @@ def _sample(name: str) -> str:
     return (SAMPLES / name).read_text()
 
 
-def _nvml_answers() -> bool:
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return False
-    pynvml.nvmlShutdown()
-    return True
 
 
-NO_NVML = pytest.mark.skipif(_nvml_answers(), reason="NVML answers on this machine")
+NO_NVML = pytest.mark.skipif(gpu_helpers.nvml_answers(), reason="NVML answers on this machine")
 
 
 # --- vulkaninfo --summary -------------------------------------------------------------

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-import pynvml
+import gpu_helpers
 import pytest
 
 from harness import modelgen
@@ -28,16 +28,9 @@ MODEL = Path("/models/dense.gguf")
 DRAFTER = Path("/models/drafter.gguf")
 
 
-def _nvml_answers() -> bool:
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return False
-    pynvml.nvmlShutdown()
-    return True
 
 
-NO_NVML = pytest.mark.skipif(_nvml_answers(), reason="NVML answers on this machine")
+NO_NVML = pytest.mark.skipif(gpu_helpers.nvml_answers(), reason="NVML answers on this machine")
 
 
 # -- keys --------------------------------------------------------------------------------
