@@ -372,12 +372,12 @@ def test_environment_properties_without_a_gpu_say_not_applicable() -> None:
 
 
 def test_build_ref_of_the_build_under_test(harness_build: BuildUnderTest) -> None:
-    ref = build_ref(harness_build.info, harness_build.binary, harness_build.key)
+    ref = build_ref(harness_build.info, harness_build.key)
     assert ref.backend == harness_build.backend.value
     assert "\n" not in ref.version
     assert ref.version != ""
     assert ref.build_key == harness_build.key
-    unknown = build_ref(None, harness_build.binary, "bin-key")
+    unknown = build_ref(None, "bin-key")
     assert unknown == BuildRef(backend="cpu", version="unknown", source_digest="unknown",
                                build_key="bin-key")
 
@@ -406,5 +406,5 @@ def test_a_container_runs_build_names_the_image_it_ran_in(container_image: str) 
         client.close()
     assert _image_id(container_image) == expected
     assert _image_id("harness/no-such-image:nowhere") is None
-    ref = build_ref(None, Path("llama-server"), "bin-key", image_id=expected)
+    ref = build_ref(None, "bin-key", image_id=expected)
     assert environment_properties(HARDWARE, ref, container_image)["build.image_digest"] == expected

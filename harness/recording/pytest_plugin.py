@@ -136,7 +136,7 @@ class RecordingPlugin:
         build: BuildUnderTest | None = self._resolved_build()
         backend = build.backend.value if build is not None else "cpu"
         for number, plan in enumerate(capture.plans, 1):
-            allure.attach(_dump(story.plan_json(plan)), f"plan {number}", JSON)
+            allure.attach(_dump(plan.to_json()), f"plan {number}", JSON)
         for number, supervised in enumerate(capture.supervised, 1):
             allure.attach(_dump(story.attempts_json(supervised)),
                           f"supervisor attempts {number}", JSON)
@@ -188,7 +188,7 @@ class RecordingPlugin:
         image = (run_image(build, self.config.getoption("harness_runner"),
                            self.config.getoption("harness_image"))
                  if build is not None else None)
-        ref = (build_ref(build.info, build.binary, build.key, image_id=_image_id(image))
+        ref = (build_ref(build.info, build.key, image_id=_image_id(image))
                if build is not None else None)
         if alluredir is not None:
             from harness.report.allure_meta import (  # noqa: PLC0415 (only with a report)

@@ -66,8 +66,7 @@ def harness_version() -> str:
         return "unknown"
 
 
-def build_ref(info: BuildInfo | None, binary: Path, key: str,
-              image_id: str | None = None) -> BuildRef:
+def build_ref(info: BuildInfo | None, key: str, image_id: str | None = None) -> BuildRef:
     """The build a run tested; ``image_id`` is the engine's id of the image servers ran in."""
     if info is None:
         return BuildRef(backend="cpu", version="unknown", source_digest="unknown",

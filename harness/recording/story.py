@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.planning.plan import LaunchPlan
 from harness.recording.recorder import ServerRecord, SupervisedStory
 from harness.verdicts.failure import classify_start_failure
 from harness.verdicts.gpu_use import gpu_verdict
@@ -30,10 +29,6 @@ FEATURES = {
 
 def feature_of(module: str) -> str:
     return FEATURES.get(module, module.removeprefix("test_").replace("_", " "))
-
-
-def plan_json(plan: LaunchPlan) -> dict[str, Any]:
-    return plan.to_json()
 
 
 def trimmed_log(text: str, *, whole: bool) -> str:
