@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.client import ServerClient
+from harness.client import ServerClient, shared_pool
 from harness.errors import HarnessError
 from harness.perf.keys import (
     DEFAULT_GEN_TOKENS,
@@ -102,7 +102,8 @@ class ServerRecorder:
             return
         record.ready_at = time.monotonic()
         try:
-            with ServerClient(server.base_url, timeout_s=10.0) as client:
+            # The process-wide keep-alive pool, as readiness uses: every server passes here.
+            with ServerClient(server.base_url, timeout_s=10.0, http=shared_pool()) as client:
                 record.props = client.props().raw
         except HarnessError:
             record.props = None
