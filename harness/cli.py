@@ -17,16 +17,17 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from harness import modelgen
 from harness.builds.base_image import ensure_base_image
-from harness.builds.container_build import build_image, list_images
+from harness.builds.container_build import LOCAL, build_image, list_images
 from harness.builds.native import BuildResult, ProgressCallback
 from harness.builds.resolve import ensure_build, resolve_source
 from harness.doctor_cli import doctor_command
-from harness.errors import HarnessError
+from harness.errors import ConfigError, HarnessError
 from harness.facts.build import Backend, BuildInfo
 from harness.paths import REPO_ROOT, cache_root
 from harness.plan_cli import plan_command
 from harness.planning.base_image import SUITES
 from harness.planning.build_plan import BuildRequest
+from harness.planning.container_plan import IMAGE_ARGS, LOCAL_BASES, LocalBase
 from harness.probes.docker_engine import docker_engine
 from harness.recording.run_file import new_run_id
 from harness.report.allure import generate_report
@@ -55,14 +56,34 @@ def cli() -> None:
               help="GGML_NATIVE: tune for this CPU (not portable to other machines).")
 @click.option("--cmake-arg", "cmake_args", multiple=True,
               help="Extra -D flag for CMake; repeatable; part of the build key.")
+@click.option("--cuda-arch", "cuda_archs", default="", metavar="ARCHS",
+              help="CUDA: compute capabilities to compile, comma separated (e.g. 90 or 89,90; "
+                   "default: ggml's portable list; --reduced: 90).")
+@click.option("--amdgpu-targets", "amdgpu_targets", default="", metavar="TARGETS",
+              help="ROCm: gfx targets to compile, comma separated (e.g. gfx1100; default: the "
+                   "GPUs present natively, the Dockerfile's list in a container; --reduced: "
+                   "gfx1100).")
+@click.option("--reduced", is_flag=True,
+              help="CUDA/ROCm: the reduced variant CI builds — one architecture, no "
+                   "FlashAttention kernels; named in the build key.")
 @click.option("--container", is_flag=True,
               help="Build an image (ci/docker/<backend>.Dockerfile) instead of a native binary.")
 @click.option("--base", "bases", multiple=True, metavar="ARG=IMAGE",
-              help="With --container: BUILD_BASE=IMAGE or RUNTIME_BASE=IMAGE; repeatable.")
+              help="With --container: BUILD_BASE=IMAGE or RUNTIME_BASE=IMAGE (repeatable), "
+                   "or `local`: both stages from the backend's local Debian base (made by "
+                   "debootstrap when missing; CUDA and ROCm then install Debian's toolkits). "
+                   "Default: the Dockerfile's bases if the engine has them, else local.")
 def build(*, backend: str, source: Path | None, native: bool, cmake_args: tuple[str, ...],
-          container: bool, bases: tuple[str, ...]) -> None:
+          cuda_archs: str, amdgpu_targets: str, reduced: bool, container: bool,
+          bases: tuple[str, ...]) -> None:
     """Build llama-server (cached by source, backend, flags and compiler or base images)."""
-    request = BuildRequest(backend=Backend(backend), native=native, extra_cmake_args=cmake_args)
+    chosen = Backend(backend)
+    archs = _gpu_archs(chosen, cuda_archs, amdgpu_targets)
+    try:
+        request = BuildRequest(backend=chosen, native=native, extra_cmake_args=cmake_args,
+                               gpu_archs=archs, reduced=reduced)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
     if container:
         click.echo(_build_image_with_progress(request, source, _parse_bases(bases)).image)
         return
@@ -166,9 +187,23 @@ def run(*, alluredir: Path, report_dir: Path, run_record: Path, results_url: str
     sys.exit(code)
 
 
+def _gpu_archs(backend: Backend, cuda_archs: str, amdgpu_targets: str) -> tuple[str, ...]:
+    """The architecture option that belongs to ``backend``; the other one is an error."""
+    for option, value, owner in (("--cuda-arch", cuda_archs, Backend.CUDA),
+                                 ("--amdgpu-targets", amdgpu_targets, Backend.ROCM)):
+        if value and backend is not owner:
+            raise click.UsageError(f"{option} is for --backend {owner.value}, "
+                                   f"not {backend.value}")
+    chosen = cuda_archs if backend is Backend.CUDA else amdgpu_targets
+    return tuple(part.strip() for part in chosen.split(",") if part.strip())
+
+
 def _parse_bases(bases: tuple[str, ...]) -> dict[str, str]:
     parsed = {}
     for item in bases:
+        if item == LOCAL:
+            parsed.update(dict.fromkeys(IMAGE_ARGS, LOCAL))
+            continue
         arg, sep, image = item.partition("=")
         if not sep or not image:
             raise click.BadParameter(f"{item!r} is not ARG=IMAGE", param_hint="--base")
@@ -234,14 +269,28 @@ cli.add_command(repro_command)
 
 
 @cli.command("base-image")
-@click.option("--distro", type=click.Choice(sorted(SUITES)), default="debian:13",
-              show_default=True)
-def base_image(distro: str) -> None:
+@click.option("--distro", type=click.Choice(sorted(SUITES)), default=None,
+              help="Debian release  [default: debian:13, or the --backend's]")
+@click.option("--components", default=None, metavar="LIST",
+              help="Archive areas, comma separated, part of the key (main, contrib, non-free, "
+                   "non-free-firmware)  [default: main, or the --backend's]")
+@click.option("--backend", type=click.Choice([b.value for b in Backend]), default=None,
+              help="Make the base that backend's image builds from locally (cuda: debian:13 "
+                   "with contrib and non-free; rocm: debian:sid; cpu, vulkan: debian:13).")
+def base_image(distro: str | None, components: str | None, backend: str | None) -> None:
     """Make a Debian base image locally (debootstrap + docker import), cached by content."""
+    local = LOCAL_BASES[Backend(backend)] if backend else LocalBase("debian:13")
+    chosen_distro = distro or local.distro
+    chosen = tuple(c.strip() for c in components.split(",") if c.strip()) if components \
+        else local.components
     client = docker_engine()
     started = time.monotonic()
-    with console.status(f"debootstrap {distro}"):
-        image = ensure_base_image(client, distro, cache_root() / "base-images")
+    with console.status(f"debootstrap {chosen_distro}"):
+        try:
+            image = ensure_base_image(client, chosen_distro, cache_root() / "base-images",
+                                      components=chosen)
+        except ConfigError as exc:
+            raise click.UsageError(str(exc)) from None
     state = "cache hit" if image.cache_hit else f"made in {time.monotonic() - started:.0f}s"
     console.print(f"[bold]{image.tag}[/] {image.image_id[:19]} key {image.key} ({state})",
                   soft_wrap=True)

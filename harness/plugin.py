@@ -224,7 +224,7 @@ def _resolve_build(config: pytest.Config) -> BuildUnderTest:
         if named:
             return resolve_named_build(named, cache)
         if explicit:
-            return resolve_named_build(explicit, cache)
+            return resolve_named_build(explicit, cache, option="--harness-server-bin")
         return from_result(ensure_build(cache, BuildRequest(), Path(source) if source else None))
     except HarnessError as exc:
         raise pytest.UsageError(f"no build under test: {exc}") from exc

@@ -18,6 +18,11 @@ if docker_ready; then
   .venv/bin/harness base-image --distro debian:13 >/dev/null
   .venv/bin/harness build --backend cpu --container >/dev/null
   .venv/bin/harness build --backend vulkan --container >/dev/null
+  # The GPU images CI can build: the reduced variants (one architecture, no
+  # FlashAttention kernels) on local Debian bases — trixie's CUDA 12.4, sid's ROCm 6.4.
+  # Their real no-GPU starts are what suites/test_gpu_unused_images.py checks.
+  .venv/bin/harness build --backend cuda --reduced --container >/dev/null
+  .venv/bin/harness build --backend rocm --reduced --container >/dev/null
 else
   echo "test: no Docker engine answers: docker-marked tests skip and the container runs of" \
        "the suites are left out (start one: dockerd --bridge=none --iptables=false &)" >&2

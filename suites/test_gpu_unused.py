@@ -11,17 +11,36 @@ verdict corpus (tests/test_log_corpus.py) covers every other outcome everywhere.
 from __future__ import annotations
 
 import dataclasses
+from decimal import Decimal
+from pathlib import Path
 
+import gguf
 import pytest
 
 from harness.builds.under_test import BuildUnderTest
 from harness.client import ServerClient
 from harness.facts.build import Backend
 from harness.facts.gpu import GpuInfo
+from harness.facts.model import ModelFacts
+from harness.planning.plan import LaunchPlan
 from harness.plugin import LaunchPlanned, PlanFor
 from harness.probes.devices import Device
+from harness.probes.gguf_facts import read_model_facts
 from harness.verdicts.gpu_use import GpuState, gpu_verdict
 from harness.verdicts.launch_log import BlockRole
+from harness.verdicts.residency import (
+    HALF_PRINTED_UNIT_BYTES,
+    MIB,
+    NonLayerBytes,
+    Offload,
+    OffloadRequest,
+    PlannedShare,
+    ResidencyVerdict,
+    ShareOutcome,
+    non_layer_bytes,
+    planned_gpu_share,
+    residency_verdict,
+)
 
 pytestmark = pytest.mark.server
 
@@ -96,3 +115,107 @@ def test_rocm_build_uses_the_gpu_for_target_and_drafter(
 def test_vulkan_build_uses_the_gpu_for_target_and_drafter(
         plan_for: PlanFor, launch: LaunchPlanned, build_devices: tuple[Device, ...]) -> None:
     _gpu_plan_serves_on_the_gpu(Backend.VULKAN, plan_for, launch, build_devices)
+
+
+# --- how much sits on the GPU (harness/verdicts/residency.py) -------------------------------
+#
+# The share ``ollama ps`` shows, read from the server's buffer lines, held against the share
+# the plan's flags put on the GPU. On the CPU build it must be 0 % GPU with every weight in
+# host memory; planned for a GPU, the same CPU build shows the share it missed; on a GPU
+# runner target and drafter must hold their planned share.
+
+
+def _model_split(path: Path) -> tuple[ModelFacts, NonLayerBytes]:
+    facts = read_model_facts(path)
+    tensors = ((str(t.name), int(t.n_bytes)) for t in gguf.GGUFReader(path).tensors)
+    return facts, non_layer_bytes(tensors, facts.block_count)
+
+
+def _planned_shares(plan: LaunchPlan, drafter: OffloadRequest, *, gpu_device: bool,
+                    ) -> dict[BlockRole, PlannedShare]:
+    """The planned share of the target (by the plan's own flags) and of its drafter."""
+    assert plan.spec.drafter is not None, "the bundle's plan has a drafter"
+    shares = {}
+    for role, path, flags in ((BlockRole.TARGET, plan.spec.model, plan.spec),
+                              (BlockRole.DRAFTER, plan.spec.drafter, drafter)):
+        facts, split = _model_split(path)
+        shares[role] = planned_gpu_share(facts, flags, split, gpu_device=gpu_device)
+    return shares
+
+
+def _held(verdict: ResidencyVerdict, role: BlockRole) -> Decimal:
+    block = verdict.block(role)
+    assert block is not None, f"no {role.value} block in the log"
+    return block.weights_host_mib
+
+
+def test_cpu_build_holds_every_weight_in_host_memory(plan_for: PlanFor, launch: LaunchPlanned,
+                                                      harness_build: BuildUnderTest) -> None:
+    if harness_build.backend is not Backend.CPU:
+        pytest.skip(f"the build under test is a {harness_build.backend.value} build")
+    plan = plan_for(bundle="fused-dense")
+    server = launch(plan)
+    planned = _planned_shares(plan, Offload(), gpu_device=False)
+    verdict = residency_verdict(server.log_text(), planned)
+    assert verdict.warnings == (), verdict.warnings
+    assert [c.outcome for c in verdict.checks] == [ShareOutcome.AS_PLANNED] * 2
+    for role, share in planned.items():
+        block = verdict.block(role)
+        assert block is not None
+        assert (block.processor, block.gpu_percent) == ("100% CPU", 0), block
+        assert block.weights_gpu_mib == block.kv_gpu_mib == 0
+        assert block.kv_host_mib > 0
+        # CPU_Mapped maps the file from its first tensor to its last: all the weights, to
+        # the printed hundredth of a MiB.
+        assert _held(verdict, role) * MIB >= share.total_bytes - HALF_PRINTED_UNIT_BYTES
+
+
+def test_cpu_build_where_a_gpu_is_planned_shows_the_share_it_missed(
+        plan_for: PlanFor, launch: LaunchPlanned, harness_build: BuildUnderTest) -> None:
+    if harness_build.backend is not Backend.CPU:
+        pytest.skip(f"the build under test is a {harness_build.backend.value} build")
+    plan = plan_for(bundle="fused-dense", gpu=RTX_4090, per_call=SMALL)
+    server = launch(plan)
+    # The drafter's -ngl is the server's to pick (--fit); with no GPU line in the log the
+    # plan counts it as all layers, as llama.cpp does when nothing fits it.
+    planned = _planned_shares(plan, Offload(), gpu_device=True)
+    verdict = residency_verdict(server.log_text(), planned)
+    assert [c.outcome for c in verdict.checks] == [ShareOutcome.MORE_ON_HOST] * 2
+    for check in verdict.checks:
+        low, _ = check.planned.gpu_share_range
+        assert low > 0.5, check.planned.describe()
+        # The warning carries both: what was planned and what the log shows.
+        assert check.message in verdict.warnings
+        assert f"planned {check.planned.describe()}" in check.message
+        assert "observed 100% CPU" in check.message
+
+
+@pytest.mark.parametrize("backend", [
+    pytest.param(Backend.CUDA, marks=pytest.mark.gpu("cuda"), id="cuda"),
+    pytest.param(Backend.ROCM, marks=pytest.mark.gpu("rocm"), id="rocm"),
+    pytest.param(Backend.VULKAN, marks=pytest.mark.gpu("vulkan"), id="vulkan"),
+])
+def test_gpu_build_holds_the_planned_share_for_target_and_drafter(
+        backend: Backend, plan_for: PlanFor, launch: LaunchPlanned,
+        build_devices: tuple[Device, ...]) -> None:
+    device = next(d for d in build_devices if d.backend is backend)
+    plan = plan_for(bundle="fused-dense", gpu=device.gpu_info(), per_call=SMALL)
+    spec = dataclasses.replace(plan.spec, n_gpu_layers=99,
+                               extra_args=(*plan.spec.extra_args, "--spec-draft-ngl", "99"))
+    plan = dataclasses.replace(plan, spec=spec)
+    server = launch(plan)
+    planned = _planned_shares(plan, Offload(n_gpu_layers=99), gpu_device=True)
+    verdict = residency_verdict(server.log_text(), planned)
+    assert verdict.warnings == (), verdict.warnings
+    assert [c.outcome for c in verdict.checks] == [ShareOutcome.AS_PLANNED] * 2
+    for role in planned:
+        block = verdict.block(role)
+        assert block is not None
+        assert block.weights_gpu_mib > 0
+        # The KV cache is offloaded with the layers (no --no-kv-offload in the plan).
+        assert block.kv_gpu_mib > 0
+        assert block.kv_host_mib == 0
+        # load_tensors keeps the input layer (token_embd) on the CPU whatever -ngl says.
+        facts, split = _model_split(plan.spec.model if role is BlockRole.TARGET
+                                    else Path(str(plan.spec.drafter)))
+        assert _held(verdict, role) * MIB >= split.input - HALF_PRINTED_UNIT_BYTES, facts.path

@@ -56,6 +56,16 @@ from harness.supervise.supervisor import (
     SupervisedLaunch,
 )
 from harness.verdicts.failure import FailureClass, classify_start_failure
+from harness.verdicts.launch_log import BlockRole
+from harness.verdicts.residency import (
+    HALF_PRINTED_UNIT_BYTES,
+    PlannedShare,
+    ShareOutcome,
+    non_layer_bytes,
+    planned_gpu_share,
+    residency_verdict,
+    tolerance_bytes,
+)
 
 pytestmark = pytest.mark.server
 
@@ -324,4 +334,81 @@ def test_the_ladder_recovers_from_a_real_kv_out_of_memory(
         expected.append(following)
     assert [a.rung for a in launch.attempts] == expected
     assert served.rung.step in (Step.LAYERS_TO_ENGINE, Step.KV_TO_CPU)
+    _serves(launch.server)
+
+
+# --- the planned share against the buffers (harness/verdicts/residency.py) -----------------
+#
+# The plan's facts are scaled (``SCALE``) to make the planner split; the server loads the
+# real fixture, so its share is planned from the fixture's own facts with the plan's flags.
+
+
+def _real_share(plan: LaunchPlan, *, gpu_device: bool) -> PlannedShare:
+    reader = gguf.GGUFReader(plan.spec.model)
+    facts = read_model_facts(plan.spec.model)
+    split = non_layer_bytes(((str(t.name), int(t.n_bytes)) for t in reader.tensors),
+                            facts.block_count)
+    return planned_gpu_share(facts, plan.spec, split, gpu_device=gpu_device)
+
+
+def _tensor_bytes(path: Path, names: set[str]) -> int:
+    return sum(int(t.n_bytes) for t in gguf.GGUFReader(path).tensors if str(t.name) in names)
+
+
+def test_on_the_cpu_build_the_planned_overrides_and_every_weight_are_in_host_memory(
+        planned: tuple[str, ModelFacts, LaunchPlan], server_runner: SubprocessRunner,
+        harness_build: BuildUnderTest, servers: list[SubprocessServer]) -> None:
+    if harness_build.backend is not Backend.CPU:
+        pytest.skip(f"the build under test is a {harness_build.backend.value} build; "
+                    "the GPU variant below checks it")
+    name, _, plan = planned
+    launch = _supervise(server_runner, harness_build, read_model_facts(plan.spec.model),
+                        plan, servers)
+    log = launch.server.log_text()
+    on_cpu = _real_share(plan, gpu_device=False)
+    verdict = residency_verdict(log, {BlockRole.TARGET: on_cpu})
+    assert verdict.warnings == (), verdict.warnings
+    target = verdict.block(BlockRole.TARGET)
+    assert target is not None
+    assert target.processor == "100% CPU"
+    assert target.weights_gpu_mib == 0
+    held = target.weights_host_mib * MIB
+    assert held >= on_cpu.total_bytes - HALF_PRINTED_UNIT_BYTES
+    # What a GPU build would keep in host memory for the same flags: the tensors the
+    # server's own -lv 5 override lines name, besides the input layer. On this build they
+    # sit there with everything else; only a GPU build can show them apart from the rest
+    # (the GPU variant below: the device buffer holds all but them).
+    on_gpu = _real_share(plan, gpu_device=True)
+    moved = _moved(launch.server)
+    assert moved, f"the {name} plan's override moved nothing"
+    assert on_gpu.override_host_bytes == _tensor_bytes(plan.spec.model, moved) > 0
+    assert held >= on_gpu.host_bytes - HALF_PRINTED_UNIT_BYTES
+
+
+@pytest.mark.parametrize("backend", [
+    pytest.param(Backend.CUDA, marks=pytest.mark.gpu("cuda"), id="cuda"),
+    pytest.param(Backend.ROCM, marks=pytest.mark.gpu("rocm"), id="rocm"),
+    pytest.param(Backend.VULKAN, marks=pytest.mark.gpu("vulkan"), id="vulkan"),
+])
+def test_on_a_gpu_the_planned_overrides_stay_in_host_memory(
+        backend: Backend, planned: tuple[str, ModelFacts, LaunchPlan],
+        server_runner: SubprocessRunner, harness_build: BuildUnderTest,
+        servers: list[SubprocessServer]) -> None:
+    name, _, plan = planned
+    launch = _supervise(server_runner, harness_build, read_model_facts(plan.spec.model),
+                        plan, servers)
+    share = _real_share(plan, gpu_device=True)
+    assert share.override_host_bytes > 0, f"the {name} plan keeps nothing on the CPU"
+    verdict = residency_verdict(launch.server.log_text(), {BlockRole.TARGET: share})
+    check = verdict.check(BlockRole.TARGET)
+    assert check is not None
+    # AS_PLANNED rules out both ways off: the kept tensors on the GPU (MORE_ON_GPU, the
+    # fixture's block-0 experts / FFN are larger than the tolerance) and layers left on
+    # the host (MORE_ON_HOST).
+    assert share.override_host_bytes > tolerance_bytes(share, 1)
+    assert check.outcome is ShareOutcome.AS_PLANNED, check.message
+    assert verdict.warnings == ()
+    # The host figure spans the kept tensors (CPU_Mapped maps from token_embd to the last
+    # of them), so it holds at least the input layer and what the overrides kept.
+    assert check.observed_host_mib * MIB >= share.host_bytes - HALF_PRINTED_UNIT_BYTES
     _serves(launch.server)

@@ -40,14 +40,40 @@ def test_the_plan_names_suite_tag_and_a_content_key() -> None:
     plan = plan_base_image("debian:13", "http://m.invalid/debian", "debootstrap 1.0")
     assert plan.suite == "trixie"
     assert plan.tag == "harness-base/debian:13"
-    assert plan.debootstrap_argv("/t") == ["debootstrap", "--variant=minbase", "trixie", "/t",
+    assert plan.debootstrap_argv("/t") == ["debootstrap", "--variant=minbase",
+                                           "--components=main", "trixie", "/t",
                                            "http://m.invalid/debian"]
+    assert plan.apt_config is None
     assert plan.key == plan_base_image("debian:13", "http://m.invalid/debian",
                                        "debootstrap 1.0").key
     others = {plan_base_image("debian:12", "http://m.invalid/debian", "debootstrap 1.0").key,
               plan_base_image("debian:13", "http://other.invalid/debian", "debootstrap 1.0").key,
               plan_base_image("debian:13", "http://m.invalid/debian", "debootstrap 2.0").key}
     assert plan.key not in others
+
+
+def test_components_and_sid_make_their_own_images_and_keys() -> None:
+    main = plan_base_image("debian:13", "http://m.invalid/debian", "1.0")
+    nonfree = plan_base_image("debian:13", "http://m.invalid/debian", "1.0",
+                              components=("non-free", "contrib"))
+    sid = plan_base_image("debian:sid", "http://m.invalid/debian", "1.0")
+    # main always comes first and the areas in the archive's order, however given.
+    assert nonfree.components == ("main", "contrib", "non-free")
+    assert nonfree.tag == "harness-base/debian:13-contrib-non-free"
+    assert "--components=main,contrib,non-free" in nonfree.debootstrap_argv("/t")
+    assert len({main.key, nonfree.key, sid.key}) == 3
+    assert sid.suite == "sid"
+    assert sid.tag == "harness-base/debian:sid"
+    # sid's Release file expires within a week; a snapshot mirror must still work.
+    assert sid.apt_config is not None
+    assert "Check-Valid-Until" in sid.apt_config
+
+
+def test_an_unknown_component_lists_the_known_ones() -> None:
+    with pytest.raises(ConfigError, match=r"unknown Debian archive component 'universe'; "
+                                          r"known: main, contrib, non-free"):
+        plan_base_image("debian:13", "http://m.invalid/debian", "1.0",
+                        components=("main", "universe"))
 
 
 def test_an_unknown_distro_lists_the_known_ones() -> None:

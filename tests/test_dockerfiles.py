@@ -48,10 +48,15 @@ EXPECTED_IMAGES = [
 ]
 
 #: What each stage installs with apt: kept to the minimum, every name in Debian's archive.
+#: The CUDA and ROCm toolkits and libraries are installed only with TOOLKIT=debian (a
+#: local Debian base); the parser lists every apt call, guarded or not.
 EXPECTED_PACKAGES = [
     (Backend.CPU, {"build-essential", "cmake"}, {"libgomp1"}),
-    (Backend.CUDA, {"build-essential", "cmake"}, {"libgomp1"}),
-    (Backend.ROCM, {"build-essential", "cmake"}, {"libgomp1"}),
+    (Backend.CUDA, {"build-essential", "cmake", "nvidia-cuda-toolkit", "nvidia-cuda-toolkit-gcc"},
+     {"libgomp1", "libcudart12", "libcublas12", "libcublaslt12"}),
+    (Backend.ROCM, {"build-essential", "cmake", "hipcc", "libamdhip64-dev", "libhipblas-dev",
+                    "librocblas-dev", "rocm-cmake"},
+     {"libgomp1", "libamdhip64-6", "libhipblas2", "librocblas4"}),
     (Backend.VULKAN, {"build-essential", "cmake", "glslc", "libvulkan-dev", "spirv-headers"},
      {"libgomp1", "libvulkan1", "mesa-vulkan-drivers"}),
 ]
@@ -61,7 +66,7 @@ EXPECTED_PACKAGES = [
 #: would change the build behind the flags' back.
 ALLOWED_CMAKE_ENV = {
     Backend.CPU: set(),
-    Backend.CUDA: set(),
+    Backend.CUDA: {"CUDAHOSTCXX"},
     Backend.ROCM: {"HIPCXX", "HIP_PATH", "ROCM_TARGET_LST"},
     Backend.VULKAN: set(),
 }
@@ -217,7 +222,10 @@ def test_source_comes_from_the_build_context_never_downloaded(backend: Backend) 
 def test_runtime_stage_holds_only_the_server_and_runs_it(backend: Backend) -> None:
     dockerfile = _dockerfile(backend)
     runtime = dockerfile.stage("runtime")
-    (copy,) = runtime.copies
+    copy, *others = runtime.copies
+    # The CUDA image also keeps the toolkit's driver stub, outside the loader's path.
+    assert [c.sources for c in others] == ([("/opt/harness/cuda-stub",)]
+                                           if backend is Backend.CUDA else [])
     assert copy.from_stage == "build"
     assert copy.sources == ("/build/bin/llama-server",)
     assert copy.destination == SERVER_PATH_IN_IMAGE

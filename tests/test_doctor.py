@@ -40,6 +40,13 @@ from harness.doctor.facts import (
 from harness.doctor_cli import doctor_command
 from harness.errors import ToolMissingError
 from harness.facts.build import Backend
+from harness.facts.cuda_toolkit import (
+    Cublas,
+    CublasOrigin,
+    CudaToolkit,
+    DriverLibrary,
+    DriverLibraryOrigin,
+)
 from harness.probes import toolchain
 from harness.probes.gpu_configs import load_gpu_configs
 from harness.probes.gpu_health import GpuHealth, SeenGpu, nvml_failure
@@ -77,13 +84,23 @@ def _machine(**changes: object) -> DoctorFacts:
     return dataclasses.replace(facts, **changes)  # type: ignore[arg-type]
 
 
-def _cuda_machine(*gpus: SeenGpu) -> DoctorFacts:
+WHEEL_CUBLAS = Cublas(CublasOrigin.WHEEL, "13.1.1.3", "/venv/nvidia/cu13/include",
+                      "/venv/nvidia/cu13/lib/libcublas.so.13",
+                      "/venv/nvidia/cu13/lib/libcublasLt.so.13", "nvidia-cublas")
+CUDA_13 = CudaToolkit("/usr/local/cuda-13.0/bin/nvcc", "13.0.88", "/usr/local/cuda-13.0",
+                      WHEEL_CUBLAS,
+                      DriverLibrary(DriverLibraryOrigin.DRIVER,
+                                    "/usr/lib/x86_64-linux-gnu/libcuda.so.1"))
+
+
+def _cuda_machine(*gpus: SeenGpu, toolkit: CudaToolkit | None = CUDA_13) -> DoctorFacts:
     return _machine(
         gpus=MappingProxyType({Backend.CUDA: GpuHealth(Backend.CUDA, "nvml", gpus=gpus),
                                Backend.ROCM: NO_AMD, Backend.VULKAN: NO_VULKAN}),
         gpu_compilers=MappingProxyType({
             Backend.CUDA: _tool("nvcc", "Cuda compilation tools, release 12.4"),
-            Backend.ROCM: Tool("hipcc"), Backend.VULKAN: Tool("glslc")}))
+            Backend.ROCM: Tool("hipcc"), Backend.VULKAN: Tool("glslc")}),
+        cuda=toolkit)
 
 
 def _row(rows: tuple[Row, ...], check: str) -> Row:
@@ -104,6 +121,42 @@ def test_a_cuda_machine_with_an_rtx_4090_gets_its_config_by_name_and_can_run_cud
     assert (config.status, config.detail) == (Status.OK, "rtx-4090 by name")
     assert _row(rows, "CUDA compiler (nvcc)").status is Status.OK
     assert exit_code(rows) == 0
+
+
+def test_a_cuda_machine_names_its_cublas_and_libcuda() -> None:
+    rows = doctor_rows(_cuda_machine(RTX_4090), Backend.CUDA)
+    cublas = _row(rows, "cuBLAS")
+    assert (cublas.status, cublas.required) == (Status.OK, True)
+    assert cublas.detail == ("cuBLAS 13.1.1.3 from the nvidia-cublas wheel "
+                             "(/venv/nvidia/cu13/lib)")
+    libcuda = _row(rows, "CUDA driver library (libcuda)")
+    assert libcuda.status is Status.OK
+    assert "/usr/lib/x86_64-linux-gnu/libcuda.so.1 (the driver)" in libcuda.detail
+
+
+def test_nvcc_without_cublas_warns_and_fails_a_cuda_run_with_the_wheel_to_install() -> None:
+    toolkit = dataclasses.replace(CUDA_13, cublas=None,
+                                  cublas_problem="no nvidia-cublas 13.x wheel is installed")
+    for backend, status in ((None, Status.WARN), (Backend.CUDA, Status.FAIL)):
+        row = _row(doctor_rows(_cuda_machine(RTX_4090, toolkit=toolkit), backend), "cuBLAS")
+        assert row.status is status
+        assert "not found for nvcc 13.0.88: no nvidia-cublas 13.x wheel" in row.detail
+        assert "`pip install nvidia-cublas`" in row.fix
+    assert exit_code(doctor_rows(_cuda_machine(RTX_4090, toolkit=toolkit), Backend.CUDA)) == 1
+
+
+def test_no_libcuda_names_the_driver_and_the_no_vmm_build() -> None:
+    toolkit = dataclasses.replace(CUDA_13, driver=None)
+    row = _row(doctor_rows(_cuda_machine(toolkit=toolkit), None),
+               "CUDA driver library (libcuda)")
+    assert row.status is Status.WARN
+    assert "-DGGML_CUDA_NO_VMM=ON" in row.fix
+
+
+def test_without_nvcc_cublas_is_not_looked_for() -> None:
+    rows = doctor_rows(_machine(), None)
+    assert _row(rows, "cuBLAS").status is Status.NA
+    assert _row(rows, "CUDA driver library (libcuda)").status is Status.NA
 
 
 def test_a_gpu_no_config_names_falls_to_a_bucket_loudly_but_does_not_fail() -> None:
@@ -327,6 +380,20 @@ def test_doctor_json_parses_and_marks_no_gpu_rows_not_required(
     if not gpu_helpers.nvml_answers():
         assert [(r["status"], r["required"]) for r in gpu_rows] == [("n/a", False)]
     assert rows["results store"]["detail"].startswith("opens: sqlite:///")
+
+
+@pytest.mark.skipif(not Path("/usr/local/cuda/bin/nvcc").exists(),
+                    reason="no CUDA toolkit at /usr/local/cuda")
+def test_doctor_finds_nvcc_off_path_and_the_cublas_a_build_would_use(
+        isolated: dict[str, str | None]) -> None:
+    result = CliRunner().invoke(doctor_command, ["--json"], env=isolated)
+    rows = {row["check"]: row for row in json.loads(result.output)["rows"]}
+    nvcc = rows["CUDA compiler (nvcc)"]
+    assert nvcc["status"] == "ok"
+    assert nvcc["detail"].startswith("nvcc 13.")
+    assert rows["cuBLAS"]["status"] in ("ok", "warn")
+    if rows["cuBLAS"]["status"] == "warn":
+        assert "pip install nvidia-cublas" in rows["cuBLAS"]["fix"]
 
 
 @pytest.mark.skipif(gpu_helpers.nvml_answers(), reason="NVML answers on this machine")

@@ -8,9 +8,11 @@ on a llvmpipe device.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from harness.verdicts.failure import FailureClass, StartFailure, classify_start_failure
+from harness.verdicts.failure import FIXES, FailureClass, StartFailure, classify_start_failure
 
 CORRUPT = "/fixtures/models/drafter-corrupt.gguf"
 
@@ -203,5 +205,25 @@ def test_the_evidence_is_the_first_deciding_line() -> None:
 
 def test_class_values_are_the_documented_names() -> None:
     assert [c.value for c in FailureClass] == [
-        "drafter-load", "mtp-context", "out-of-memory", "unknown-flag", "model-load", "crash",
-        "readiness-timeout", "unknown"]
+        "driver-missing", "drafter-load", "mtp-context", "out-of-memory", "unknown-flag",
+        "model-load", "crash", "readiness-timeout", "unknown"]
+
+
+CUDA_NO_DRIVER_LOG = (Path(__file__).parent / "data" / "logs" / "cuda"
+                      / "captured-no-driver.log")
+
+
+def test_a_cuda_build_without_the_driver_is_driver_missing_with_the_fix() -> None:
+    # Captured from the CUDA image started without GPU access (tests/data/logs/cuda/).
+    log = CUDA_NO_DRIVER_LOG.read_text()
+    failure = classify_start_failure(127, log, timed_out=False)
+    assert failure.kind is FailureClass.DRIVER_MISSING
+    assert "libcuda.so.1" in failure.evidence
+    assert "--gpus" in FIXES[FailureClass.DRIVER_MISSING]
+    assert "nvidia-container-toolkit" in FIXES[FailureClass.DRIVER_MISSING]
+
+
+def test_another_missing_library_is_not_a_missing_driver() -> None:
+    log = ("/app/llama-server: error while loading shared libraries: libcublas.so.12: "
+           "cannot open shared object file: No such file or directory\n")
+    assert classify_start_failure(127, log, timed_out=False).kind is FailureClass.UNKNOWN

@@ -12,14 +12,18 @@ from pathlib import Path
 
 import pytest
 
+from harness.facts.build import Backend
+from harness.facts.gpu import LoadMode
 from harness.planning.kv import CacheRole
 from harness.verdicts.launch_log import (
+    CPU_UNVERIFIABLE,
     AllocFailure,
     BlockKind,
     BlockReport,
     BlockRole,
     BufferSize,
     DeviceUse,
+    DraftParams,
     FlashAttnMode,
     LaunchReport,
     LogBlock,
@@ -32,6 +36,7 @@ from harness.verdicts.launch_log import (
     parse_block,
     parse_launch_log,
     split_blocks,
+    unverifiable,
 )
 
 DENSE = "/root/.cache/llama-harness/fixtures/ab425a6bb1be3f5e/models/dense.gguf"
@@ -104,6 +109,29 @@ LINE_CASES = [
     # ggml/src/ggml-vulkan/ggml-vulkan-buffers.cpp (std::cerr, no prefix; DESIGN.md measured)
     ("ggml_vulkan: Device memory allocation of size 7680000000 failed.", "alloc_failures",
      (AllocFailure(None, "ggml_vulkan: Device memory allocation of size 7680000000 failed."),)),
+    ("0.00.017.631 I load_tensors: loading model tensors, this can take a while... "
+     "(load_mode = mmap)", "load_mode", LoadMode.MMAP),
+    ("0.00.007.506 I load_tensors: loading model tensors, this can take a while... "
+     "(load_mode = mmap+mlock)", "load_mode", LoadMode.MMAP_MLOCK),
+    ("0.00.032.486 I load_tensors: loading model tensors, this can take a while... "
+     "(load_mode = dio)", "load_mode", LoadMode.DIO),
+    ("0.00.007.105 I load_tensors:          CPU model buffer size =     0.41 MiB",
+     "weights_mapped", False),
+    ("0.00.017.815 I load_tensors:   CPU_Mapped model buffer size =     0.41 MiB",
+     "weights_mapped", True),
+    ("0.00.018.164 I llama_kv_cache:        CPU KV buffer size =     0.12 MiB", "kv_on_gpu",
+     False),
+    # src/llama-kv-cache.cpp llama_kv_cache, "%10s KV buffer size = %8.2f MiB" on the device
+    ("0.00.008.731 I llama_kv_cache:      CUDA0 KV buffer size =     0.12 MiB", "kv_on_gpu",
+     True),
+    # src/llama.cpp llama_prepare_model_devices (--split-mode tensor, default devices)
+    ("0.00.008.010 I llama_model_load_from_file_impl: creating a Meta device for tensor "
+     "parallelism from 2 devices:", "tensor_split_devices", 2),
+    # … and with an explicit --device list
+    ("0.00.008.010 I llama_model_load_from_file_impl: creating a Meta device with 3 devices",
+     "tensor_split_devices", 3),
+    ("0.00.008.017 I llama_prepare_model_devices: using device CUDA1 (NVIDIA H200) "
+     "(0000:02:00.0) - 143000 MiB free", "gpu_devices", ("CUDA1",)),
     # src/llama.cpp llama_model_load, the load_tensors exception
     ("0.00.005.027 E llama_model_load: error loading model: unable to allocate CUDA0 buffer",
      "alloc_failures", (AllocFailure(
@@ -284,7 +312,16 @@ def report_with(*, n_ctx: int = 1024, n_seq_max: int = 4, kv_unified: bool = Fal
                 type_k: str = "f32", offloaded: tuple[int, int] | None = None,
                 overrides: tuple[TensorOverride, ...] = (),
                 drafter: BlockReport | None = None, drafter_path: str | None = None,
-                spec: tuple[str, ...] = ()) -> LaunchReport:
+                spec: tuple[str, ...] = (),
+                draft: tuple[DraftParams, ...] = (DraftParams(3, 0, Decimal("0.000000")),),
+                checkpoints: tuple[int, int | None] = (32, 8192),
+                load_mode: LoadMode = LoadMode.MMAP,
+                weights: tuple[str, ...] = ("CPU_Mapped",),
+                mlock_failures: tuple[str, ...] = (),
+                devices: tuple[str, ...] = (), kv_buffers: tuple[str, ...] = ("CPU",),
+                tensor_split: int | None = None) -> LaunchReport:
+    """A report like the captured CPU logs' (draft-simple's default sizes, the server's default
+    checkpoints, mmap), changed where a case says so."""
     cache = block_of(
         "I llama_kv_cache: size =    0.38 MiB (   256 cells,   2 layers,  4/4 seqs), "
         f"K ({type_k}):    0.25 MiB, V (f16):    0.12 MiB").kv_caches
@@ -293,11 +330,16 @@ def report_with(*, n_ctx: int = 1024, n_seq_max: int = 4, kv_unified: bool = Fal
         n_ctx_seq=n_ctx // n_seq_max, n_batch=n_batch, n_ubatch=n_ubatch, kv_unified=kv_unified,
         flash_attn_mode=flash, flash_attn=flash is FlashAttnMode.ENABLED,
         flash_attn_forced=forced, kv_caches=cache, offloaded_layers=offloaded,
-        overrides=overrides, model_buffers=(BufferSize("CPU_Mapped", Decimal("0.41")),))
+        overrides=overrides, model_buffers=tuple(BufferSize(b, Decimal("0.41")) for b in weights),
+        devices=tuple(DeviceUse(name, "a GPU", None, None) for name in devices),
+        kv_buffers=tuple(BufferSize(b, Decimal("0.12")) for b in kv_buffers),
+        load_mode=load_mode, tensor_split_devices=tensor_split)
     return LaunchReport(target=target, drafter=drafter, n_slots=n_slots, n_ctx_slot=256,
                         slots_kv_unified=kv_unified, drafter_path=drafter_path,
                         speculative_types=spec, speculative_ready=bool(spec),
-                        speculative_error=None, cpu_override_warning=False)
+                        speculative_error=None, cpu_override_warning=False,
+                        draft_params=draft, ctx_checkpoints=checkpoints[0],
+                        checkpoint_min_step=checkpoints[1], mlock_failures=mlock_failures)
 
 
 #: The captured cpu/flash-attn-off run: -c 1000 -np 4 -b 256 -ub 128 -ctk f32 -fa off.
@@ -333,6 +375,49 @@ MISMATCH_CASES: dict[str, tuple[dict[str, object], dict[str, object], str, objec
     "cpu-moe-invisible-at-lv4": ({"n_cpu_moe": 1}, {}, "n_cpu_moe", None),
     "n-slots": ({"n_slots": 8}, {}, "n_slots", 4),
     "mtp-context-missing": ({"mtp_context": True}, {}, "mtp_context", False),
+    # The fields below are sent by every card plan; each must be able to fail.
+    "draft-n-min": ({"spec_draft_n_min": 4}, {}, "spec_draft_n_min", 0),
+    "draft-n-max": ({"spec_draft_n_max": 16}, {}, "spec_draft_n_max", 3),
+    "draft-p-min": ({"spec_draft_p_min": 0.5}, {}, "spec_draft_p_min", 0.0),
+    "draft-p-min-at-two-decimals": ({"spec_draft_p_min": 0.13}, {"draft": (
+        DraftParams(3, 0, Decimal("0.12")),)}, "spec_draft_p_min", 0.12),
+    "draft-sizes-not-printed": ({"spec_draft_n_max": 16}, {"draft": ()}, "spec_draft_n_max",
+                                None),
+    "draft-sizes-disagree": ({"spec_draft_n_max": 3}, {"draft": (
+        DraftParams(3, 0, Decimal("0.00")), DraftParams(4, 0, Decimal("0.00")))},
+        "spec_draft_n_max", (3, 4)),
+    "ctx-checkpoints": ({"ctx_checkpoints": 8}, {}, "ctx_checkpoints", 32),
+    "ctx-checkpoints-disabled": ({"ctx_checkpoints": 8}, {"checkpoints": (0, None)},
+                                 "ctx_checkpoints", 0),
+    "checkpoint-min-step": ({"checkpoint_min_step": 4096}, {}, "checkpoint_min_step", 8192),
+    "load-mode-none-but-mapped": ({"load_mode": "none"}, {}, "load_mode", "mmap"),
+    "load-mode-echoed-but-mapped": ({"load_mode": "none"}, {"load_mode": LoadMode.NONE},
+                                    "load_mode", "mmap"),
+    "load-mode-mmap-but-copied": ({"load_mode": "mmap"}, {"weights": ("CPU",)}, "load_mode",
+                                  "none"),
+    "load-mode-mlock-refused": ({"load_mode": "mmap+mlock"}, {
+        "load_mode": LoadMode.MMAP_MLOCK, "mlock_failures": (
+            "warning: failed to mlock 77824-byte buffer (after previously locking 0 bytes): "
+            "Operation not permitted",)}, "load_mode", "mmap"),
+    "load-mode-mlock-ignored": ({"load_mode": "mlock"}, {"load_mode": LoadMode.NONE,
+                                                          "weights": ("CPU",)},
+                                "load_mode", "none"),
+    "kv-offload-off-but-on-gpu": ({"kv_offload": False}, {
+        "offloaded": (3, 3), "devices": ("CUDA0",), "kv_buffers": ("CUDA0",)}, "kv_offload",
+        True),
+    "kv-offload-on-but-on-cpu": ({"kv_offload": True}, {
+        "offloaded": (3, 3), "devices": ("CUDA0",)}, "kv_offload", False),
+    "kv-offload-no-gpu-line": ({"kv_offload": True}, {}, "kv_offload", None),
+    "split-none-but-two-devices": ({"split_mode": "none"}, {"devices": ("CUDA0", "CUDA1")},
+                                   "split_mode", "layer"),
+    "split-tensor-but-layer": ({"split_mode": "tensor"}, {"devices": ("CUDA0", "CUDA1")},
+                               "split_mode", "layer"),
+    "split-layer-but-tensor": ({"split_mode": "layer"}, {"tensor_split": 2}, "split_mode",
+                               "tensor"),
+    "split-no-gpu-line": ({"split_mode": "none"}, {}, "split_mode", None),
+    "main-gpu": ({"main_gpu": 1}, {"devices": ("CUDA0",)}, "main_gpu", 0),
+    "main-gpu-with-two-devices": ({"main_gpu": 0}, {"devices": ("CUDA0", "CUDA1")}, "main_gpu",
+                                  None),
 }
 
 
@@ -363,6 +448,35 @@ MATCH_CASES: list[tuple[dict[str, object], dict[str, object]]] = [
         TensorOverride("blk.0.ffn_up_exps.weight", 0, 0, "f32", "CPU"),)}),
     ({"spec_type": "draft-simple", "speculative_ready": True}, {"spec": ("draft-simple",)}),
     ({"cache_type_k": None, "drafter": None}, {}),  # None is "not planned"
+    ({"spec_draft_n_min": 0, "spec_draft_n_max": 3, "spec_draft_p_min": 0.0}, {}),
+    # %.2f rounds the stored float as printf does: 0.125 is printed 0.12 (captured)
+    ({"spec_draft_p_min": 0.125}, {"draft": (DraftParams(4, 1, Decimal("0.12")),)}),
+    ({"spec_draft_p_min": 0.75}, {"draft": (DraftParams(5, 2, Decimal("0.750000")),)}),
+    ({"ctx_checkpoints": 32, "checkpoint_min_step": 8192}, {}),
+    ({"ctx_checkpoints": 0}, {"checkpoints": (0, None)}),
+    ({"load_mode": "mmap"}, {}),
+    ({"load_mode": "auto"}, {}),  # load_tensors prints what auto resolved to
+    ({"load_mode": "auto"}, {"load_mode": LoadMode.NONE, "weights": ("CPU",)}),
+    ({"load_mode": "none"}, {"load_mode": LoadMode.NONE, "weights": ("CPU",)}),
+    ({"load_mode": "mlock"}, {"load_mode": LoadMode.MLOCK, "weights": ("CPU",)}),
+    ({"load_mode": "mmap+mlock"}, {"load_mode": LoadMode.MMAP_MLOCK}),
+    # a GPU build without mmap keeps the host weights in the backend's pinned buffer
+    ({"load_mode": "none"}, {"load_mode": LoadMode.NONE, "weights": ("CUDA_Host", "CUDA0")}),
+    ({"load_mode": "dio"}, {"load_mode": LoadMode.DIO, "weights": ("CPU",)}),
+    ({"kv_offload": True}, {"offloaded": (3, 3), "devices": ("CUDA0",),
+                            "kv_buffers": ("CUDA0",)}),
+    # partial offload: the CPU layers keep their cache on the CPU
+    ({"kv_offload": True}, {"offloaded": (2, 3), "devices": ("CUDA0",),
+                            "kv_buffers": ("CPU", "CUDA0")}),
+    ({"kv_offload": False}, {"offloaded": (3, 3), "devices": ("CUDA0",)}),
+    # -ngl 1 offloads only the output layer: no repeating layer, so no KV, on the GPU
+    ({"kv_offload": True}, {"offloaded": (1, 3), "devices": ("CUDA0",)}),
+    ({"split_mode": "none", "main_gpu": 0}, {"devices": ("CUDA0",)}),
+    ({"split_mode": "none", "main_gpu": 1}, {"devices": ("CUDA1",)}),
+    ({"split_mode": "layer"}, {"devices": ("CUDA0",)}),  # one GPU: layer places like none
+    ({"split_mode": "layer"}, {"devices": ("ROCm0", "ROCm1")}),
+    ({"split_mode": "tensor"}, {"tensor_split": 2}),
+    ({"split_mode": "row"}, {"devices": ("SYCL0", "SYCL1"), "weights": ("SYCL_Split",)}),
 ]
 
 
@@ -415,3 +529,127 @@ def test_a_non_integer_count_is_refused() -> None:
 def test_a_mismatch_names_field_planned_and_observed() -> None:
     text = str(Mismatch("ctx_size", 2000, 1024, "the server makes it n_ctx 2048"))
     assert text == "ctx_size: planned 2000, observed 1024 (the server makes it n_ctx 2048)"
+
+
+# --- the new fields on the captured logs -------------------------------------------------------
+
+CPU_LOGS = Path(__file__).parent / "data" / "logs" / "cpu"
+
+#: Captured log → the flags it was started with (its sidecar's argv), as compare_launch keys.
+CAPTURED_PLANS: dict[str, dict[str, object]] = {
+    "spec-draft-params": {"spec_type": "draft-simple", "drafter": Path(DRAFTER),
+                          "spec_draft_n_min": 2, "spec_draft_n_max": 5,
+                          "spec_draft_p_min": 0.75},
+    "mtp-draft-params": {"spec_type": "draft-mtp", "mtp_context": True, "spec_draft_n_min": 1,
+                         "spec_draft_n_max": 4, "spec_draft_p_min": 0.125},
+    "checkpoints": {"ctx_checkpoints": 5, "checkpoint_min_step": 64},
+    "checkpoints-off": {"ctx_checkpoints": 0},
+    "load-mode-none": {"load_mode": "none"},
+    "load-mode-mlock": {"load_mode": "mlock"},
+    "load-mode-mmap-mlock": {"load_mode": "mmap+mlock"},
+    "flash-attn-off": {"load_mode": "auto", "ctx_checkpoints": 32,
+                       "checkpoint_min_step": 8192},
+}
+
+
+def _captured(name: str) -> LaunchReport:
+    text = (CPU_LOGS / f"{name}.log").read_text(encoding="utf-8", errors="replace")
+    return parse_launch_log(text)
+
+
+@pytest.mark.parametrize("name", CAPTURED_PLANS)
+def test_a_captured_run_matches_the_flags_it_was_given(name: str) -> None:
+    planned = dict(CAPTURED_PLANS[name])
+    if "drafter" in planned:
+        # The corpus was captured from another fixture cache; the path is the report's.
+        planned["drafter"] = Path(str(_captured(name).drafter_path))
+    assert compare_launch(planned, _captured(name)) == ()
+
+
+#: Captured log, a planned value it contradicts, and what the server reported instead.
+CAPTURED_MISMATCHES = [
+    ("spec-draft-params", "spec_draft_n_min", 3, 2),
+    ("spec-draft-params", "spec_draft_n_max", 8, 5),
+    ("spec-draft-params", "spec_draft_p_min", 0.5, 0.75),
+    ("mtp-draft-params", "spec_draft_p_min", 0.25, 0.12),
+    ("checkpoints", "ctx_checkpoints", 8, 5),
+    ("checkpoints", "checkpoint_min_step", 8192, 64),
+    ("checkpoints-off", "ctx_checkpoints", 16, 0),
+    ("checkpoints", "spec_draft_n_max", 16, None),  # no drafter: nothing printed the sizes
+    ("load-mode-none", "load_mode", "mmap", "none"),
+    ("load-mode-mlock", "load_mode", "mmap+mlock", "mlock"),
+    ("load-mode-mmap-mlock", "load_mode", "none", "mmap+mlock"),
+    ("mlock-denied", "load_mode", "mmap+mlock", "mmap"),
+    ("flash-attn-off", "load_mode", "none", "mmap"),
+    # the CPU build shows no GPU device, so these are never confirmed there
+    ("no-kv-offload", "kv_offload", False, None),
+    ("no-kv-offload", "split_mode", "none", None),
+    ("no-kv-offload", "main_gpu", 0, None),
+]
+
+
+@pytest.mark.parametrize(("name", "field", "planned", "observed"), CAPTURED_MISMATCHES,
+                         ids=[f"{c[0]}:{c[1]}={c[2]}" for c in CAPTURED_MISMATCHES])
+def test_a_captured_run_contradicts_a_different_plan(name: str, field: str, planned: object,
+                                                     observed: object) -> None:
+    (mismatch,) = compare_launch({field: planned}, _captured(name))
+    assert (mismatch.field, mismatch.planned, mismatch.observed) == (field, planned, observed)
+    assert str(mismatch).startswith(f"{field}: planned {planned!r}, observed {observed!r}")
+
+
+def test_a_refused_mlock_is_named_in_the_mismatch() -> None:
+    (mismatch,) = compare_launch({"load_mode": "mmap+mlock"}, _captured("mlock-denied"))
+    assert "failed to mlock 77824-byte buffer" in mismatch.detail
+    assert "Operation not permitted" in mismatch.detail
+
+
+def test_the_draft_sizes_are_read_from_every_draft_implementation() -> None:
+    assert _captured("spec-draft-params").draft_params == (DraftParams(5, 2, Decimal("0.750000")),)
+    assert _captured("mtp-draft-params").draft_params == (DraftParams(4, 1, Decimal("0.12")),)
+    # the ngram implementations print their own n_max/n_min without p_min: not draft sizes
+    ngram = "0.00.015.254 I spec common_specu: - n_match=4, n_max=16, n_min=2"
+    assert parse_launch_log(ngram).draft_params == ()
+
+
+def test_disabled_checkpoints_have_no_spacing() -> None:
+    report = _captured("checkpoints-off")
+    assert (report.ctx_checkpoints, report.checkpoint_min_step) == (0, None)
+    (mismatch,) = compare_launch({"checkpoint_min_step": 64}, report)
+    assert mismatch.observed is None
+    assert "disabled" in mismatch.detail
+
+
+def test_the_cpu_build_cannot_show_the_gpu_fields() -> None:
+    planned = {"ctx_size": 512, "n_gpu_layers": 999, "split_mode": "none", "main_gpu": 0,
+               "kv_offload": True, "load_mode": "mmap+mlock", "ctx_checkpoints": 8,
+               "spec_type": "draft-simple", "spec_draft_n_max": 16}
+    assert unverifiable(planned, Backend.CPU) == dict(CPU_UNVERIFIABLE)
+    # a GPU build shows them all for this plan
+    assert unverifiable(planned, Backend.CUDA) == {}
+    # an unplanned field is not listed
+    assert "kv_offload" not in unverifiable({"kv_offload": None}, Backend.CPU)
+
+
+@pytest.mark.parametrize(("planned", "field", "reason"), [
+    ({"spec_type": "none", "spec_draft_n_min": 4}, "spec_draft_n_min", "runs no draft-*"),
+    ({"spec_draft_p_min": 0.5}, "spec_draft_p_min", "spec type none"),
+    ({"spec_type": "ngram-mod", "spec_draft_n_max": 16}, "spec_draft_n_max", "ngram-mod"),
+    ({"ctx_checkpoints": 0, "checkpoint_min_step": 64}, "checkpoint_min_step", "disables"),
+    ({"split_mode": "layer", "main_gpu": 1}, "main_gpu", "only with --split-mode none"),
+    ({"main_gpu": 1}, "main_gpu", "layer (default)"),
+], ids=["spec-none", "no-spec-type", "ngram", "no-checkpoints", "layer-split", "default-split"])
+def test_a_plan_can_make_a_field_unobservable_on_any_build(planned: dict[str, object],
+                                                           field: str, reason: str) -> None:
+    for backend in Backend:
+        found = unverifiable(planned, backend)
+        # On the CPU build a GPU field's first reason is that there is no GPU at all.
+        assert field in found, (backend, found)
+        assert reason in found[field] or found[field] == CPU_UNVERIFIABLE.get(field), found
+
+
+def test_observable_fields_are_not_called_unverifiable() -> None:
+    planned = {"spec_type": "draft-simple,ngram-mod", "spec_draft_n_min": 4,
+               "ctx_checkpoints": 4, "checkpoint_min_step": 64, "load_mode": "none",
+               "split_mode": "none", "main_gpu": 0}
+    assert set(unverifiable(planned, Backend.CPU)) == {"split_mode", "main_gpu"}
+    assert unverifiable(planned, Backend.VULKAN) == {}

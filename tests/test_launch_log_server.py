@@ -2,7 +2,9 @@
 
 Each case starts the pinned llama-server (``start_server``) with one ``LaunchSpec`` and
 compares every planned field the log can show — context, slots, batch, ubatch, cache
-types, flash attention, drafter, MTP context, MoE overrides — with ``compare_launch``.
+types, flash attention, drafter, MTP context, MoE overrides, draft sizes, context
+checkpoints, load mode — with ``compare_launch``, and shows that a plan with other values
+for the draft sizes, checkpoints and load mode is caught by the same server's log.
 The CPU build offloads nothing, so the GPU verdict must be ``no-gpu-expected``.
 """
 
@@ -44,12 +46,25 @@ PLANS: dict[str, Plan] = {
     # The overridden tensors are listed only at -lv 5.
     "moe-experts-on-cpu": lambda fx: LaunchSpec(
         model=fx.model("moe"), ctx_size=512, parallel=1, n_cpu_moe=1, log_verbosity=5),
+    # Draft sizes (speculative.cpp), checkpoints (load_model) and an unmapped load
+    # (load_tensors): all printed at -lv 4, none of them in /props or /slots.
+    "dense-drafter-sizes-unmapped": lambda fx: LaunchSpec(
+        model=fx.model("dense"), ctx_size=512, parallel=1, spec_type="draft-simple",
+        drafter=fx.model("drafter"), spec_draft_n_min=2, spec_draft_n_max=5,
+        spec_draft_p_min=0.75, ctx_checkpoints=5, checkpoint_min_step=64, load_mode="none"),
 }
 
 #: What each plan implies beyond its own fields.
 IMPLIED: dict[str, dict[str, object]] = {
     "dense-with-drafter": {"drafter_loaded": True, "speculative_ready": True},
     "mtp-q8-cache": {"mtp_context": True, "speculative_ready": True},
+    "dense-drafter-sizes-unmapped": {"drafter_loaded": True, "speculative_ready": True},
+}
+
+#: For "dense-drafter-sizes-unmapped": a value of each field that it was not started with.
+OTHER_VALUES: dict[str, object] = {
+    "spec_draft_n_min": 3, "spec_draft_n_max": 6, "spec_draft_p_min": 0.5,
+    "ctx_checkpoints": 4, "checkpoint_min_step": 128, "load_mode": "mmap",
 }
 
 
@@ -74,3 +89,13 @@ def test_the_mtp_draft_context_keeps_f16(fixture_set: modelgen.FixtureSet,
     assert {line.type_k for line in report.drafter.kv_caches} == {"f16"}
     assert (report.type_k, report.target.flash_attn_forced if report.target else None) == (
         "q8_0", "quantized V cache")
+
+
+def test_a_plan_the_server_was_not_given_is_caught(fixture_set: modelgen.FixtureSet,
+                                                   start_server: StartServer) -> None:
+    spec = PLANS["dense-drafter-sizes-unmapped"](fixture_set)
+    report = parse_launch_log(start_server(spec).log_text())
+    for field, other in OTHER_VALUES.items():
+        (mismatch,) = compare_launch({field: other}, report)
+        assert (mismatch.field, mismatch.planned, mismatch.observed) == (
+            field, other, getattr(spec, field))

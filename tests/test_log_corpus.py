@@ -2,8 +2,10 @@
 
 The corpus is described in ``tests/data/logs/README.md``. Each ``<backend>/<outcome>.log``
 has ``<outcome>.json`` with its provenance, the start's exit code and the expected
-GPU verdict (per block) and launch fields. A log without a sidecar, a sidecar without a
-provenance, or a composed log whose provenance names no source file and function fails.
+GPU verdict (per block) and launch fields, and where it says so the residency (MiB per
+buffer, the ``ollama ps`` share) checked against the share planned for the fixture and
+flags it names. A log without a sidecar, a sidecar without a provenance, or a composed log
+whose provenance names no source file and function fails.
 """
 
 from __future__ import annotations
@@ -16,10 +18,21 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import gguf
 import pytest
 
+from harness import modelgen
+from harness.probes.gguf_facts import read_model_facts
 from harness.verdicts.gpu_use import BlockGpuUse, gpu_verdict
-from harness.verdicts.launch_log import BlockReport, LaunchReport, parse_launch_log
+from harness.verdicts.launch_log import BlockReport, BlockRole, LaunchReport, parse_launch_log
+from harness.verdicts.residency import (
+    BlockResidency,
+    Offload,
+    PlannedShare,
+    non_layer_bytes,
+    planned_gpu_share,
+    residency_verdict,
+)
 
 CORPUS = Path(__file__).parent / "data" / "logs"
 LOGS = sorted(CORPUS.glob("*/*.log"))
@@ -141,3 +154,56 @@ def test_the_launch_report_is_the_recorded_one(log: Path) -> None:
     report = parse_launch_log(_text(log))
     want = _sidecar(log)["expected"]["launch"]
     assert {key: _observed(report, key) for key in want} == want
+
+
+# --- residency ------------------------------------------------------------------------------
+
+#: The flags a sidecar's ``residency.planned`` block may name (``Offload``'s fields).
+_OFFLOAD_FLAGS = {"n_gpu_layers", "n_cpu_moe", "cpu_moe", "n_cpu_ffn"}
+
+
+def _planned_share(fixture_set: modelgen.FixtureSet, want: dict[str, Any],
+                   offloaded: tuple[int, int] | None) -> PlannedShare:
+    path = fixture_set.model(want["fixture"])
+    facts = read_model_facts(path)
+    split = non_layer_bytes(((str(t.name), int(t.n_bytes)) for t in gguf.GGUFReader(path).tensors),
+                            facts.block_count)
+    flags = {key: value for key, value in want.items() if key in _OFFLOAD_FLAGS}
+    return planned_gpu_share(facts, Offload(**flags), split, gpu_device=want["gpu_device"],
+                             engine_layers=offloaded[0] if offloaded else None)
+
+
+def _residency_block(block: BlockResidency) -> dict[str, object]:
+    return {
+        "role": block.role.value,
+        "weights_mib": {h.buffer: str(h.mib) for h in block.weights},
+        "kv_mib": {h.buffer: str(h.mib) for h in block.kv},
+        "processor": block.processor,
+    }
+
+
+@pytest.mark.parametrize(
+    "log", [log for log in LOGS if "residency" in _sidecar(log)["expected"]], ids=_id)
+def test_the_residency_is_the_recorded_one(log: Path,
+                                           fixture_set: modelgen.FixtureSet) -> None:
+    want = _sidecar(log)["expected"]["residency"]
+    assert set(want) == {"blocks", "planned", "warnings"}
+    observed = residency_verdict(_text(log))
+    assert [_residency_block(b) for b in observed.blocks] == want["blocks"]
+    planned = {}
+    for role, spec in want["planned"].items():
+        assert set(spec) - _OFFLOAD_FLAGS == {"fixture", "gpu_device", "outcome"}, spec
+        block = observed.block(BlockRole(role))
+        planned[BlockRole(role)] = _planned_share(
+            fixture_set, spec, block.offloaded_layers if block else None)
+    verdict = residency_verdict(_text(log), planned)
+    assert {c.role.value: c.outcome.value for c in verdict.checks} == {
+        role: spec["outcome"] for role, spec in want["planned"].items()}
+    assert len(verdict.warnings) == want["warnings"], verdict.warnings
+    for check in verdict.checks:
+        if check.outcome.value != "as-planned":
+            # The warning carries both figures: the planned share and the observed one.
+            assert check.message in verdict.warnings
+            assert "planned " in check.message
+            if check.observed_processor is not None:
+                assert f"observed {check.observed_processor}" in check.message

@@ -138,6 +138,9 @@ def _placeholder(param: click.Parameter | None) -> str:
     return "placeholder"
 
 
+_ARRAY_EXPANSION = re.compile(r"\$\{\w+\[@\]\}")
+
+
 def _fill(command: click.Command, args: list[str]) -> list[str]:
     """``args`` with every word holding a shell variable replaced by a placeholder."""
     options = {name: param for param in command.params if isinstance(param, click.Option)
@@ -145,6 +148,11 @@ def _fill(command: click.Command, args: list[str]) -> list[str]:
     filled: list[str] = []
     pending: click.Option | None = None
     for word in args:
+        if _ARRAY_EXPANSION.fullmatch(word):
+            # "${opts[@]}" stands for options whose words are checked where the array
+            # is filled (an array literal is a command line of its own to this check).
+            pending = None
+            continue
         if "$" in word:
             name, equals, _ = word.partition("=")
             if word.startswith("--") and equals:

@@ -1,13 +1,24 @@
 # llama-server, ROCm (HIP) backend, built from the pinned llama.cpp source in a container.
 #
-# Multi-stage: `build` compiles only the llama-server target on AMD's ROCm dev image with
-# the CMake flags the harness passes (the native build's flags,
-# BuildRequest.cmake_flags(), with -DGGML_HIP=ON); `runtime` holds the static binary. The
-# binary still links the ROCm libraries dynamically (ggml-hip cannot be linked
-# statically): libamdhip64, libhipblas and librocblas with rocBLAS's kernel files. No
-# slim ROCm image carries those, so the runtime stage defaults to the same dev image, as
-# llama.cpp's own rocm.Dockerfile does; libgomp1 (OpenMP, CPU backend) is installed. The
-# GPU reaches the container at run time (--device /dev/kfd --device /dev/dri).
+# Multi-stage: `build` compiles only the llama-server target with the CMake flags the
+# harness passes (the native build's flags, BuildRequest.cmake_flags(), with
+# -DGGML_HIP=ON and the GPU targets); `runtime` holds the static binary. The binary still
+# links the ROCm libraries dynamically (ggml-hip cannot be linked statically):
+# libamdhip64, libhipblas and librocblas with rocBLAS's kernel files; libgomp1 (OpenMP,
+# CPU backend) is installed. The GPU reaches the container at run time (--device
+# /dev/kfd --device /dev/dri).
+#
+# Where ROCm comes from — the one switch, TOOLKIT:
+#   base    the bases carry it: AMD's ROCm dev image (the default below; no slim ROCm
+#           image carries rocBLAS's kernel files, so the runtime stage uses it too, as
+#           llama.cpp's own rocm.Dockerfile does), for runners that can pull it;
+#   debian  the bases are plain Debian sid (`harness base-image --backend rocm`, made
+#           locally): ggml-hip refuses HIP < 6.1, trixie has 5.7, sid has HIP 6.4 with
+#           hipcc on clang 21. The build stage installs hipcc, libamdhip64-dev,
+#           libhipblas-dev, librocblas-dev and rocm-cmake, the runtime stage
+#           libamdhip64-6, libhipblas2 and librocblas4 (with every gfx target's kernels).
+#           (The local sid base tells apt to accept a Release file past its one-week
+#           Valid-Until, so a mirror serving a snapshot still works: base_image.py.)
 #
 # GPU architectures: a native build on a ROCm machine compiles for the GPUs
 # rocm_agent_enumerator reports. `docker build` sees no GPU, so AMDGPU_TARGETS is written
@@ -26,8 +37,10 @@
 #                   (default rocm/dev-ubuntu-24.04:7.2.1-complete)
 #   CMAKE_FLAGS     required, no default: the -D flags, space separated, from
 #                   harness.planning.container_plan.container_build_args
+#   TOOLKIT         base (default) or debian, see above
 #   AMDGPU_TARGETS  the GPU architectures to compile for, ';'-separated (default: the
-#                   list llama.cpp's rocm.Dockerfile builds for)
+#                   list llama.cpp's rocm.Dockerfile builds for); `harness build
+#                   --amdgpu-targets` passes -DGPU_TARGETS in CMAKE_FLAGS instead
 #   SOURCE_DIR      the tree's path inside the build context (default llama.cpp)
 #
 # Example, as the harness builds (host networking, see ci/README.md):
@@ -40,12 +53,21 @@ ARG RUNTIME_BASE=rocm/dev-ubuntu-24.04:7.2.1-complete
 
 FROM ${BUILD_BASE} AS build
 
-# The dev image has ROCm's clang, HIP, hipBLAS and rocBLAS; CMake and the host compiler
-# toolchain are added. No git, no libssl-dev (LLAMA_OPENSSL=OFF).
+# AMD's dev image has ROCm's clang, HIP, hipBLAS and rocBLAS; CMake and the host
+# compiler toolchain are added. No git, no libssl-dev (LLAMA_OPENSSL=OFF).
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         build-essential cmake \
     && rm -rf /var/lib/apt/lists/*
+ARG TOOLKIT=base
+RUN if [ "$TOOLKIT" = debian ]; then \
+        apt-get update \
+        && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+            hipcc libamdhip64-dev libhipblas-dev librocblas-dev rocm-cmake \
+        && rm -rf /var/lib/apt/lists/*; \
+    elif [ "$TOOLKIT" != base ]; then \
+        echo "TOOLKIT must be base or debian, not $TOOLKIT" >&2; exit 1; \
+    fi
 
 ARG AMDGPU_TARGETS="gfx908;gfx90a;gfx942;gfx1030;gfx1100;gfx1101;gfx1102;gfx1150;gfx1151;gfx1200;gfx1201"
 RUN echo "$AMDGPU_TARGETS" | tr ';' '\n' > /opt/amdgpu-targets.lst
@@ -70,6 +92,13 @@ FROM ${RUNTIME_BASE} AS runtime
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libgomp1 \
     && rm -rf /var/lib/apt/lists/*
+ARG TOOLKIT=base
+RUN if [ "$TOOLKIT" = debian ]; then \
+        apt-get update \
+        && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+            libamdhip64-6 libhipblas2 librocblas4 \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi
 
 COPY --from=build /build/bin/llama-server /app/llama-server
 

@@ -18,10 +18,14 @@
 #   HARNESS_GATE_RUNNER   container (default; what CI runs) or subprocess (a native build
 #                         run as child processes: no Docker needed, how tests/ runs it)
 #   HARNESS_GATE_BASE     container only, where the base images come from: local
-#                         (`harness base-image`, Debian hosts; default for cpu/vulkan),
-#                         pull (`docker pull` of the Dockerfile's default bases, for
-#                         runners with registry access) or present (already on the
-#                         engine; default for cuda/rocm)
+#                         (`harness base-image --backend B`, Debian hosts: debian:13 for
+#                         cpu/vulkan, debian:13 with non-free for cuda, debian:sid for
+#                         rocm; default for cpu/vulkan), pull (`docker pull` of the
+#                         Dockerfile's default bases, NVIDIA's/AMD's images, for runners
+#                         with registry access) or present (already on the engine;
+#                         default for cuda/rocm)
+#   HARNESS_GATE_BUILD_ARGS  extra `harness build` options, a word list (e.g.
+#                         "--cuda-arch 89", "--amdgpu-targets gfx1100", "--reduced")
 #   HARNESS_GATE_OUT      output folder (default: harness-gate/ in the checkout):
 #                         allure-results/, run.json, report/index.html, summary.md
 #   HARNESS_GATE_BASELINE baseline selector for the comparison (default main); empty:
@@ -82,14 +86,17 @@ echo "gate: run $HARNESS_RUN_ID, $backend, runner $runner, branch ${HARNESS_BRAN
 
 # -- 1. the build under test ------------------------------------------------------
 run_args=(--harness-runner "$runner")
+# shellcheck disable=SC2206  # a word list on purpose
+build_args=(${HARNESS_GATE_BUILD_ARGS:-})
 if [ "$runner" = container ]; then
   case ${HARNESS_GATE_BASE:-} in
     local | "")
       if [ "$backend" = cpu ] || [ "$backend" = vulkan ]; then
-        harness base-image --distro debian:13 >/dev/null
+        harness base-image --backend "$backend" >/dev/null
       elif [ -n "${HARNESS_GATE_BASE:-}" ]; then
-        echo "gate: HARNESS_GATE_BASE=local makes Debian bases only (cpu, vulkan)" >&2
-        exit 2
+        # CUDA and ROCm build from Debian's own toolkits on a local base.
+        harness base-image --backend "$backend" >/dev/null
+        build_args+=(--base local)
       fi
       ;;
     pull)
@@ -105,11 +112,11 @@ print(*sorted(set(DEFAULT_BASES[Backend(sys.argv[1])].values())))' "$backend"); 
     *) echo "gate: HARNESS_GATE_BASE must be local, pull or present" >&2; exit 2 ;;
   esac
   # The last line on stdout is the image tag, harness/llama-server:<build key>.
-  image=$(harness build --backend "$backend" --container | tail -n 1)
+  image=$(harness build --backend "$backend" --container "${build_args[@]}" | tail -n 1)
   run_args+=(--harness-image "$image" --harness-build "${image##*:}")
 elif [ "$runner" = subprocess ]; then
   # The last line on stdout is the binary; its build.json lies beside it.
-  binary=$(harness build --backend "$backend" | tail -n 1)
+  binary=$(harness build --backend "$backend" "${build_args[@]}" | tail -n 1)
   run_args+=(--harness-build "$binary")
 else
   echo "gate: HARNESS_GATE_RUNNER must be container or subprocess, not '$runner'" >&2

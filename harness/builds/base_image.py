@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import BuildError, ToolMissingError
-from harness.planning.base_image import KEY_LABEL, BaseImagePlan, debian_mirror, plan_base_image
+from harness.planning.base_image import (
+    DEFAULT_COMPONENTS,
+    KEY_LABEL,
+    BaseImagePlan,
+    debian_mirror,
+    plan_base_image,
+)
 
 APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
 LOG_TAIL_LINES = 40
@@ -30,9 +36,12 @@ class BaseImage:
     cache_hit: bool
 
 
-def ensure_base_image(client: Any, distro: str, work_dir: Path) -> BaseImage:
-    """The base image for ``distro``, made now if the engine has none with its key."""
-    plan = plan_base_image(distro, host_mirror(), _debootstrap_version())
+def ensure_base_image(client: Any, distro: str, work_dir: Path,
+                      components: tuple[str, ...] = DEFAULT_COMPONENTS) -> BaseImage:
+    """The base image for ``distro`` with these archive components, made now if the
+    engine has none with its key."""
+    plan = plan_base_image(distro, host_mirror(), _debootstrap_version(),
+                           components=components)
     for image in client.images.list(filters={"label": f"{KEY_LABEL}={plan.key}"}):
         if plan.tag in image.tags:
             return BaseImage(plan.tag, image.id, plan.key, cache_hit=True)
@@ -65,7 +74,7 @@ def _make(client: Any, plan: BaseImagePlan, work_dir: Path) -> str:
     work_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=work_dir, prefix="debootstrap-") as tmp:
         root = Path(tmp) / "root"
-        log_path = work_dir / f"debootstrap-{plan.distro.replace(':', '-')}.log"
+        log_path = work_dir / f"debootstrap-{plan.tag.rsplit(':', 1)[1]}.log"
         with log_path.open("w") as log:
             code = subprocess.call(plan.debootstrap_argv(str(root)), stdout=log,
                                    stderr=subprocess.STDOUT)
@@ -73,6 +82,8 @@ def _make(client: Any, plan: BaseImagePlan, work_dir: Path) -> str:
             tail = log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
             raise BuildError(f"debootstrap {plan.suite} failed (exit {code}); last lines:\n"
                              + "\n".join(tail) + f"\nfull log: {log_path}")
+        if plan.apt_config is not None:
+            (root / "etc/apt/apt.conf.d/99harness-base").write_text(plan.apt_config)
         archive = Path(tmp) / "root.tar"
         with tarfile.open(archive, "w") as tar:
             tar.add(root, arcname=".")

@@ -5,6 +5,10 @@ The help is laid out by common/arg.cpp: an option's names and argument start at 
 are long), continuation lines are indented to that column. ``--cache-type-k/-v`` list
 their values as ``allowed values: a, b, …``; ``--spec-type`` names its values in its
 argument (``none,draft-simple,…``).
+
+``bare_binary_info`` makes the record of a binary with no ``build.json`` (a fork built by
+its own CI, a binary carried to a GPU machine) from what the binary itself printed, the
+same fields ``harness build`` records, so planning and reports treat it like a build.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from harness.facts.build import Capabilities
+from harness.facts.build import Backend, BuildInfo, Capabilities
 
 #: Where descriptions start in llama.cpp's help layout; a gap reaching at least this
 #: column separates an option's names from its description.
@@ -87,4 +91,35 @@ def parse_capabilities(help_text: str) -> Capabilities:
         cache_types_v=allowed_values(cache_v) if cache_v else (),
         spec_types=spec_types,
         flags=tuple(sorted({name for name in options if name.startswith("--")})),
+    )
+
+
+#: What a bare binary's record says where no build recorded it.
+UNKNOWN = "unknown"
+
+
+def bare_binary_key(backend: Backend, sha256: str) -> str:
+    """The build key of a bare binary: its backend and content hash, so the same file is
+    the same build in every run record, wherever it lies."""
+    return f"{backend.value}-binary-{sha256[:16]}"
+
+
+def bare_binary_info(*, binary: str, sha256: str, backend: Backend, version: str,
+                     help_text: str) -> BuildInfo:
+    """The record of a binary no ``harness build`` made, from its own output (pure).
+
+    Its source, flags and compiler are not known, so they say so; ``source_origin`` names
+    the file and its hash.
+    """
+    return BuildInfo(
+        key=bare_binary_key(backend, sha256),
+        backend=backend,
+        binary=binary,
+        version=version or UNKNOWN,
+        source_digest=UNKNOWN,
+        source_origin=f"binary:{binary} (sha256 {sha256})",
+        cmake_flags=(),
+        compiler=UNKNOWN,
+        build_seconds=0.0,
+        capabilities=parse_capabilities(help_text),
     )

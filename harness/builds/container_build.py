@@ -15,6 +15,7 @@ the label ``org.llama-harness.build`` on the final image.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -49,6 +50,7 @@ from harness.planning.build_plan import BuildRequest, build_key
 from harness.planning.container_plan import (
     DEFAULT_BASES,
     IMAGE_ARGS,
+    LOCAL_BASES,
     SERVER_PATH_IN_IMAGE,
     container_build_args,
 )
@@ -56,8 +58,8 @@ from harness.planning.container_plan import (
 IMAGE_REPOSITORY = "harness/llama-server"
 BUILD_LABEL = "org.llama-harness.build"
 KEY_LABEL = "org.llama-harness.build-key"
-#: Backends whose default bases are Debian 13 and so can use the local base image.
-_DEBIAN_BASED = (Backend.CPU, Backend.VULKAN)
+#: The word ``--base`` takes for the backend's local Debian base.
+LOCAL = "local"
 _SKIPPED_TOP = (".git", "build")
 
 
@@ -72,9 +74,12 @@ def build_image(client: Any, cache: Path, source: SourceTree, request: BuildRequ
                 bases: Mapping[str, str] | None = None,
                 progress: ProgressCallback | None = None) -> ContainerBuild:
     """The image for these inputs, built now unless the engine already has it."""
-    chosen = resolve_bases(client, cache, request.backend, bases)
+    chosen, local = resolve_bases(client, cache, request.backend, bases)
     base_ids = [image_id(client, chosen[arg]) for arg in IMAGE_ARGS]
-    key = build_key(source.digest, request, "container:" + ",".join(base_ids))
+    args = container_build_args(request.backend, request, chosen, local_base=local)
+    key = build_key(source.digest, request,
+                    container_recipe(dockerfile_path(request.backend).read_bytes(), args,
+                                     base_ids))
     tag = f"{IMAGE_REPOSITORY}:{key}"
     directory = builds_dir(cache) / key
     hit = _finished(client, directory, tag)
@@ -86,7 +91,6 @@ def build_image(client: Any, cache: Path, source: SourceTree, request: BuildRequ
         if hit:
             return hit
         started = time.monotonic()
-        args = container_build_args(request.backend, request, chosen)
         _run_build(client, directory, source, request.backend, args=args, tag=f"{tag}-stage",
                    progress=progress)
         info = BuildInfo(
@@ -105,22 +109,48 @@ def build_image(client: Any, cache: Path, source: SourceTree, request: BuildRequ
 
 
 def resolve_bases(client: Any, cache: Path, backend: Backend,
-                  bases: Mapping[str, str] | None) -> dict[str, str]:
-    """The base images to build from: given ones, else defaults present on the engine,
-    else (for Debian-based images) the local Debian 13 base."""
-    chosen = dict(DEFAULT_BASES[backend])
-    chosen.update(bases or {})
+                  bases: Mapping[str, str] | None) -> tuple[dict[str, str], bool]:
+    """The base images to build from, and whether they are the local Debian base.
+
+    Given images win (``--base ARG=IMAGE``; ``local`` as the image names the local
+    base). Without any, the Dockerfile's registry bases are used where the engine has
+    them, else every stage builds from the backend's local Debian base, made here by
+    debootstrap when missing (``LOCAL_BASES``: trixie with non-free for CUDA, sid for
+    ROCm). A given image the engine lacks is an error: no registry is reachable.
+    """
+    given = dict(bases or {})
+    wants_local = set(given.values()) == {LOCAL}
+    if given and not wants_local and LOCAL in given.values():
+        raise BuildError("--base local names the local Debian base for every stage; give "
+                         "either local or images, not both")
+    if not given:
+        defaults = dict(DEFAULT_BASES[backend])
+        if all(_present(client, image) for image in defaults.values()):
+            return defaults, False
+        wants_local = True
+    if wants_local:
+        local = LOCAL_BASES[backend]
+        tag = ensure_base_image(client, local.distro, cache / "base-images",
+                                components=local.components).tag
+        return {arg: tag for arg in IMAGE_ARGS}, True
+    chosen = {**DEFAULT_BASES[backend], **given}
     for arg, image in chosen.items():
-        if _present(client, image):
-            continue
-        if backend in _DEBIAN_BASED and not bases:
-            chosen[arg] = ensure_base_image(client, "debian:13", cache / "base-images").tag
-            continue
-        raise BuildError(
-            f"base image {image} ({arg}) is not on this Docker engine and no registry is "
-            "reachable; load it with `docker load`, or pass another base "
-            f"(--base {arg}=IMAGE)")
-    return chosen
+        if not _present(client, image):
+            raise BuildError(
+                f"base image {image} ({arg}) is not on this Docker engine and no registry "
+                "is reachable; load it with `docker load`, pass another base "
+                f"(--base {arg}=IMAGE), or build from the local Debian base (--base local)")
+    return chosen, False
+
+
+def container_recipe(dockerfile: bytes, build_args: Mapping[str, str],
+                     base_ids: list[str]) -> str:
+    """What the build key's "compiler" is for an image: the Dockerfile's bytes, every
+    build argument and the base images' ids — a change to any of them is a new image."""
+    payload = json.dumps({"dockerfile": hashlib.sha256(dockerfile).hexdigest(),
+                          "args": dict(sorted(build_args.items())), "bases": base_ids},
+                         sort_keys=True)
+    return "container:" + hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
 def list_images(client: Any) -> list[BuildInfo]:

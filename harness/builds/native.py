@@ -4,6 +4,10 @@
 ``build.json`` and the CMake tree. A directory with a ``build.json`` is complete: asking
 for the same key again returns it without running CMake. Concurrent callers (xdist
 workers) serialise on one file lock per key, so a build runs once.
+
+A CUDA build finds its toolkit itself (``harness/probes/cuda_toolkit.py``: nvcc on PATH or
+in /usr/local/cuda, cuBLAS from the toolkit or the ``nvidia-cublas`` wheel, libcuda) and
+hands CMake where each is; the key hashes nvcc's version and path and the cuBLAS used.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from filelock import FileLock
 from harness.builds.capabilities import parse_capabilities
 from harness.builds.source import SourceTree
 from harness.errors import BuildError
-from harness.facts.build import BuildInfo
+from harness.facts.build import Backend, BuildInfo
+from harness.facts.cuda_toolkit import CudaToolkit
 from harness.files import write_json_atomic
 from harness.planning.build_plan import (
     SERVER_TARGET,
@@ -32,7 +37,9 @@ from harness.planning.build_plan import (
     build_argv,
     build_key,
     configure_argv,
+    cuda_toolkit_flags,
 )
+from harness.probes.cuda_toolkit import require_cuda_toolkit
 from harness.probes.toolchain import Toolchain, find_toolchain
 from harness.strictjson import read_object
 
@@ -66,6 +73,32 @@ def cached_build(cache: Path, source: SourceTree, request: BuildRequest,
     return _load_finished(directory)
 
 
+@dataclass(frozen=True)
+class NativeToolchain:
+    """The tools a native build of one request runs with, and how the key names them."""
+
+    toolchain: Toolchain
+    #: -D entries that point CMake at this host's toolkit (CUDA: nvcc, cuBLAS, libcuda).
+    flags: tuple[str, ...] = ()
+    #: The compiler identity the build key hashes and ``build.json`` records.
+    compiler: str = ""
+
+
+def native_toolchain(request: BuildRequest, toolchain: Toolchain | None = None,
+                     cuda: CudaToolkit | None = None) -> NativeToolchain:
+    """Find what a native build of ``request`` needs; ToolMissingError names what is not
+    here and how to get it (nvcc, cuBLAS and libcuda for CUDA)."""
+    if request.backend is not Backend.CUDA:
+        found = toolchain or find_toolchain(request.backend)
+        return NativeToolchain(found, (), found.compiler)
+    # nvcc is looked for here, not only on PATH: NVIDIA's installer leaves it in
+    # /usr/local/cuda/bin.
+    found = toolchain or find_toolchain(Backend.CPU)
+    cuda = cuda or require_cuda_toolkit()
+    return NativeToolchain(found, cuda_toolkit_flags(cuda, request),
+                           f"{found.compiler}; {cuda.describe()}")
+
+
 def build_server(
     cache: Path,
     source: SourceTree,
@@ -76,8 +109,8 @@ def build_server(
     toolchain: Toolchain | None = None,
 ) -> BuildResult:
     """Return the cached build for these inputs, building it first if needed."""
-    toolchain = toolchain or find_toolchain(request.backend)
-    key = build_key(source.digest, request, toolchain.compiler)
+    tools = native_toolchain(request, toolchain)
+    key = build_key(source.digest, request, tools.compiler)
     directory = builds_dir(cache) / key
     hit = _load_finished(directory)
     if hit:
@@ -89,7 +122,7 @@ def build_server(
         if hit:
             return hit
         started = time.monotonic()
-        binary = _compile(directory, source, request, toolchain,
+        binary = _compile(directory, source, request, tools,
                           jobs=jobs or os.cpu_count() or 1, progress=progress)
         info = BuildInfo(
             key=key,
@@ -99,7 +132,7 @@ def build_server(
             source_digest=source.digest,
             source_origin=source.origin,
             cmake_flags=request.cmake_flags(),
-            compiler=toolchain.compiler,
+            compiler=tools.compiler,
             build_seconds=round(time.monotonic() - started, 1),
             capabilities=parse_capabilities(_server_output(binary, "--help")),
         )
@@ -130,15 +163,29 @@ def read_build_info(record: Path) -> BuildInfo:
                          "delete it and build again") from exc
 
 
+def configure_tree(tree: Path, source: SourceTree, request: BuildRequest,
+                   tools: NativeToolchain, log_path: Path) -> list[str]:
+    """Run only CMake's configure (and generate) step of ``request`` into ``tree``, logged
+    to ``log_path``; returns the argv. BuildError with the log's tail when it fails."""
+    _drop_tree_of_other_generator(tree, tools.toolchain.generator)
+    argv = configure_argv(tools.toolchain.cmake, str(source.path), str(tree),
+                          tools.toolchain.generator, request, toolchain_flags=tools.flags)
+    with log_path.open("w", encoding="utf-8", buffering=1) as log:
+        log.write("$ " + " ".join(argv) + "\n")
+        log.flush()
+        _run_logged(argv, log, log_path, None)
+    return argv
+
+
 def _compile(directory: Path, source: SourceTree, request: BuildRequest,
-             toolchain: Toolchain, *, jobs: int, progress: ProgressCallback | None) -> Path:
+             tools: NativeToolchain, *, jobs: int, progress: ProgressCallback | None) -> Path:
     tree = directory / "cmake-build"
-    _drop_tree_of_other_generator(tree, toolchain.generator)
+    _drop_tree_of_other_generator(tree, tools.toolchain.generator)
     log_path = directory / "build.log"
     steps = [
-        configure_argv(toolchain.cmake, str(source.path), str(tree), toolchain.generator,
-                       request),
-        build_argv(toolchain.cmake, str(tree), jobs),
+        configure_argv(tools.toolchain.cmake, str(source.path), str(tree),
+                       tools.toolchain.generator, request, toolchain_flags=tools.flags),
+        build_argv(tools.toolchain.cmake, str(tree), jobs),
     ]
     # Line-buffered so `tail -f build.log` follows a running build.
     with log_path.open("w", encoding="utf-8", buffering=1) as log:
@@ -199,16 +246,23 @@ def _drop_tree_of_other_generator(tree: Path, generator: str) -> None:
         shutil.rmtree(tree)
 
 
-def _server_output(binary: Path, flag: str) -> str:
+def server_output(binary: Path, flag: str) -> tuple[int | None, str]:
+    """``binary flag``'s exit code and output; None and the reason when it cannot run."""
     try:
         proc = subprocess.run([str(binary), flag], capture_output=True, text=True, timeout=60,
-                              check=False)
+                              check=False, errors="replace")
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise BuildError(f"the built {binary} does not run `{flag}`: {exc}") from exc
+        return None, str(exc)
     # llama-server prints --version on stderr and --help on stdout.
-    text = (proc.stdout + proc.stderr).strip()
-    if proc.returncode != 0 or not text:
+    return proc.returncode, (proc.stdout + proc.stderr).strip()
+
+
+def _server_output(binary: Path, flag: str) -> str:
+    code, text = server_output(binary, flag)
+    if code is None:
+        raise BuildError(f"the built {binary} does not run `{flag}`: {text}")
+    if code != 0 or not text:
         raise BuildError(
-            f"the built {binary} failed `{flag}` with exit code {proc.returncode}:\n{text[-2000:]}"
+            f"the built {binary} failed `{flag}` with exit code {code}:\n{text[-2000:]}"
         )
     return text

@@ -2,7 +2,10 @@
 
 ``--harness-build`` / ``HARNESS_BUILD`` names it; without it the run uses
 ``--harness-server-bin`` / ``HARNESS_SERVER_BIN`` or builds the pinned source for the
-CPU. A binary with no ``build.json`` beside it is tested without recorded capabilities.
+CPU. A binary with no ``build.json`` beside it (a fork built by its own CI, a binary
+carried to a GPU machine) is asked at session start, as ``harness build`` asks what it
+built: ``--help`` for its capabilities, ``--version``, and ``--list-devices`` with
+``--version`` for its backend; its key is made from its content hash.
 """
 
 from __future__ import annotations
@@ -11,15 +14,20 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.builds.native import BuildResult, builds_dir, read_build_info
+from harness.builds.capabilities import bare_binary_info
+from harness.builds.native import BuildResult, builds_dir, read_build_info, server_output
 from harness.errors import ConfigError
 from harness.facts.build import Backend, BuildInfo
+from harness.files import sha256_file
+from harness.probes.devices import infer_backend, run_list_devices
 
 
 @dataclass(frozen=True)
 class BuildUnderTest:
     binary: Path
     info: BuildInfo | None
+    #: True when ``info`` was read from the binary itself (no ``build.json`` recorded it).
+    probed: bool = False
 
     @property
     def backend(self) -> Backend:
@@ -44,22 +52,52 @@ def from_result(result: BuildResult) -> BuildUnderTest:
     return BuildUnderTest(binary=result.binary, info=result.info)
 
 
-def resolve_named_build(name: str, cache: Path) -> BuildUnderTest:
-    """``name`` is a build.json, a llama-server binary, or a build key in the cache."""
+def resolve_named_build(name: str, cache: Path,
+                        option: str = "--harness-build") -> BuildUnderTest:
+    """``name`` is a build.json, a llama-server binary, or a build key in the cache.
+
+    ``option`` is the option that named it, for the messages.
+    """
     path = Path(name).expanduser()
     if path.suffix == ".json" and path.is_file():
         info = read_build_info(path)
         return BuildUnderTest(Path(info.binary), info)
     if path.is_file():
         if not os.access(path, os.X_OK):
-            raise ConfigError(f"--harness-build {name}: the file is not executable")
+            raise ConfigError(f"{option} {name}: the file is not executable; "
+                              f"`chmod +x {name}`, or name a llama-server binary")
         record = path.parent.parent / "build.json"
-        return BuildUnderTest(path, read_build_info(record) if record.is_file() else None)
+        if record.is_file():
+            return BuildUnderTest(path, read_build_info(record))
+        return BuildUnderTest(path, probe_binary(path, option), probed=True)
     record = builds_dir(cache) / name / "build.json"
     if record.is_file():
         info = read_build_info(record)
         return BuildUnderTest(Path(info.binary), info)
     known = sorted(p.parent.name for p in builds_dir(cache).glob("*/build.json"))
     raise ConfigError(
-        f"--harness-build {name!r} is neither a build.json, a llama-server binary nor a build "
+        f"{option} {name!r} is neither a build.json, a llama-server binary nor a build "
         f"key in {builds_dir(cache)}; known keys: {', '.join(known) or 'none'}")
+
+
+def probe_binary(binary: Path, option: str = "--harness-build") -> BuildInfo:
+    """The record of a binary with no ``build.json``, from its own ``--help``,
+    ``--version`` and ``--list-devices``; ConfigError when ``--help`` fails.
+
+    A ``--help`` that succeeds but lists none of llama-server's options gives empty
+    capabilities, which the planner reads as "not known" (it then trusts the plan).
+    """
+    code, help_text = server_output(binary, "--help")
+    if code != 0:
+        said = f"did not run ({help_text})" if code is None else f"exited {code}"
+        raise ConfigError(
+            f"{option} {binary}: `{binary} --help` {said}, so what the server accepts cannot "
+            f"be read:\n{help_text[-1500:] if code is not None else ''}\nName a llama-server "
+            f"binary that runs on this machine (check `{binary} --help`, and `ldd {binary}` "
+            "for missing libraries), or its build.json / build key instead")
+    version_code, version = server_output(binary, "--version")
+    listing = run_list_devices(binary)
+    backend = infer_backend(listing.devices(), listing.stdout, listing.stderr,
+                            version if version_code is not None else "")
+    return bare_binary_info(binary=str(binary), sha256=sha256_file(binary), backend=backend,
+                            version=version if version_code == 0 else "", help_text=help_text)

@@ -3,7 +3,8 @@
 A row is ``fail`` only when the run asked for cannot do without it. Every run needs
 Python, the key packages, the build toolchain and the GPU configs; ``--backend X`` adds
 what X needs (its GPU compiler, a usable GPU its vendor tool lists, for ROCm and Vulkan
-the device nodes and the groups that open them, a writable build cache). What a run can
+the device nodes and the groups that open them, a writable build cache; for CUDA also
+cuBLAS and the libcuda a native build links). What a run can
 do without is ``warn`` when it is missing or degraded (no Allure, no Docker engine, a
 GPU that falls back on a VRAM bucket) and ``n/a`` when this machine has no such thing.
 """
@@ -19,6 +20,7 @@ from harness.errors import ConfigError
 from harness.facts.build import Backend
 from harness.facts.gpu import GpuConfig
 from harness.planning.autotune import TuneSource, autotune, match_config
+from harness.planning.build_plan import NO_VMM_FLAG, cublas_fix
 from harness.probes.gpu_access import NVIDIA_RUNTIME, NVIDIA_TOOLKIT_HINT
 from harness.probes.gpu_health import AMDGPU_FIX, SeenGpu
 
@@ -153,6 +155,40 @@ def _toolchain_rows(facts: DoctorFacts, backend: Backend | None) -> list[Row]:
             f"not installed: no {gpu_backend.value} build can be made here"
             + (f" although a {gpu_backend.value} GPU is" if here else ""),
             f"`apt-get install {package}`", Status.WARN if here else Status.NA))
+    rows.extend(_cuda_library_rows(facts, backend))
+    return rows
+
+
+def _cuda_library_rows(facts: DoctorFacts, backend: Backend | None) -> list[Row]:
+    """cuBLAS and libcuda, which a native CUDA build links beside nvcc.
+
+    Looked for only where there is an nvcc (its row says when there is none). Missing with
+    an nvcc present warns: this machine looks meant to build CUDA.
+    """
+    required = backend is Backend.CUDA
+    toolkit = facts.cuda
+    if toolkit is None:
+        return [Row("cuBLAS", Status.NA, "not looked for: no nvcc", required=required),
+                Row("CUDA driver library (libcuda)", Status.NA, "not looked for: no nvcc",
+                    required=required)]
+    if toolkit.cublas is not None:
+        rows = [Row("cuBLAS", Status.OK, toolkit.cublas.describe(), required=required)]
+    else:
+        rows = [_needed("cuBLAS", required,
+                        f"not found for nvcc {toolkit.version}: {toolkit.cublas_problem}",
+                        cublas_fix(toolkit.major), Status.WARN)]
+    check = "CUDA driver library (libcuda)"
+    if toolkit.driver is not None:
+        rows.append(Row(check, Status.OK, f"{toolkit.driver.path} (the "
+                        f"{toolkit.driver.origin.value}), which ggml-cuda links",
+                        required=required))
+    else:
+        rows.append(_needed(
+            check, required,
+            f"no libcuda.so: neither a link stub under {toolkit.root} nor an NVIDIA "
+            "driver's libcuda.so.1; a CUDA build links it for ggml-cuda's VMM pool",
+            f"install the NVIDIA driver, or build with --cmake-arg {NO_VMM_FLAG}",
+            Status.WARN))
     return rows
 
 

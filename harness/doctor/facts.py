@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from harness.facts.build import Backend
+from harness.facts.cuda_toolkit import CudaToolkit
 from harness.facts.gpu import GpuConfig
 from harness.probes.gpu_health import GpuHealth
 
@@ -121,6 +122,9 @@ class DoctorFacts:
     service: ServiceFacts
     #: The GPU compiler of each GPU backend (nvcc, hipcc, glslc).
     gpu_compilers: Mapping[Backend, Tool] = field(default_factory=_no_tools)
+    #: The CUDA toolkit a native CUDA build would use (nvcc, cuBLAS, libcuda); None when
+    #: no nvcc was found.
+    cuda: CudaToolkit | None = None
     #: What each GPU backend's vendor tool sees.
     gpus: Mapping[Backend, GpuHealth] = field(default_factory=_no_gpus)
     gpu_configs: tuple[GpuConfig, ...] = ()

@@ -36,7 +36,10 @@ from harness.doctor.facts import (
     Tool,
 )
 from harness.errors import HarnessError
+from harness.facts.build import Backend
+from harness.facts.cuda_toolkit import CudaToolkit
 from harness.paths import REPO_ROOT, cache_root
+from harness.probes.cuda_toolkit import find_cuda_toolkit
 from harness.probes.docker_engine import docker_engine
 from harness.probes.gpu_access import host_group_id, readable_and_writable
 from harness.probes.gpu_configs import load_gpu_configs
@@ -60,6 +63,8 @@ def gather_facts() -> DoctorFacts:
     except HarnessError as exc:
         configs, configs_problem = (), str(exc)
     build_tool = _tool("ninja") if shutil.which("ninja") else _tool("make")
+    # The native build's own probe: it also finds nvcc off PATH (/usr/local/cuda/bin).
+    cuda = find_cuda_toolkit()
     return DoctorFacts(
         python_version=".".join(str(p) for p in sys.version_info[:3]),
         python_executable=sys.executable,
@@ -76,7 +81,9 @@ def gather_facts() -> DoctorFacts:
         store=_store(),
         service=_service(),
         gpu_compilers=MappingProxyType({
-            backend: _tool(program) for backend, (program, _, _) in GPU_COMPILERS.items()}),
+            backend: _nvcc(cuda) if backend is Backend.CUDA and cuda is not None
+            else _tool(program) for backend, (program, _, _) in GPU_COMPILERS.items()}),
+        cuda=cuda,
         gpus=MappingProxyType(gpus),
         gpu_configs=configs,
         gpu_configs_problem=configs_problem,
@@ -126,6 +133,10 @@ def _tool(program: str) -> Tool:
     named = [line for line in lines if re.search(r"\b(version|release)\b", line, re.I)]
     line = (named or lines)[0]
     return Tool(program, path, line if program in line.lower() else f"{program} {line}")
+
+
+def _nvcc(cuda: CudaToolkit) -> Tool:
+    return Tool("nvcc", cuda.nvcc, f"nvcc {cuda.version}")
 
 
 def _allure() -> AllureFacts:

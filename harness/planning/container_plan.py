@@ -11,6 +11,7 @@ runner without registry access passes images it made itself (``debootstrap`` and
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from harness.errors import ConfigError
@@ -45,8 +46,37 @@ DEFAULT_BASES: Mapping[Backend, Mapping[str, str]] = MappingProxyType({
 })
 
 
+#: The build argument of the CUDA and ROCm Dockerfiles that says where the GPU toolkit
+#: comes from: ``base`` (NVIDIA's / AMD's images carry it) or ``debian`` (a local Debian
+#: base: the Dockerfile installs Debian's packages of it).
+TOOLKIT_ARG = "TOOLKIT"
+#: Which Dockerfiles have that switch.
+TOOLKIT_BACKENDS = (Backend.CUDA, Backend.ROCM)
+
+
+@dataclass(frozen=True)
+class LocalBase:
+    """The local Debian base (``harness base-image``) an image builds from when the
+    Dockerfile's registry bases cannot be pulled."""
+
+    distro: str
+    components: tuple[str, ...] = ("main",)
+
+
+#: CPU and Vulkan: Debian 13 (see ``_DEBIAN``). CUDA: trixie's ``non-free`` has
+#: nvidia-cuda-toolkit 12.4 and cuda-g++ (g++ 13; trixie's g++ 14 is too new for nvcc
+#: 12.4). ROCm: ggml-hip refuses HIP < 6.1, trixie has 5.7, sid has 6.4 (DESIGN.md).
+LOCAL_BASES: Mapping[Backend, LocalBase] = MappingProxyType({
+    Backend.CPU: LocalBase("debian:13"),
+    Backend.VULKAN: LocalBase("debian:13"),
+    Backend.CUDA: LocalBase("debian:13", ("main", "contrib", "non-free")),
+    Backend.ROCM: LocalBase("debian:sid"),
+})
+
+
 def container_build_args(backend: Backend, request: BuildRequest,
-                         bases: Mapping[str, str] | None) -> dict[str, str]:
+                         bases: Mapping[str, str] | None, *,
+                         local_base: bool = False) -> dict[str, str]:
     """The build args for ``ci/docker/<backend>.Dockerfile``: images and CMake flags.
 
     ``bases`` overrides ``BUILD_BASE`` and/or ``RUNTIME_BASE`` (for example with locally
@@ -79,6 +109,10 @@ def container_build_args(backend: Backend, request: BuildRequest,
                               "without spaces (CMake lists use ';')")
     args = {**DEFAULT_BASES[backend], **overrides}
     args[CMAKE_FLAGS_ARG] = " ".join(flags)
+    if backend in TOOLKIT_BACKENDS:
+        args[TOOLKIT_ARG] = "debian" if local_base else "base"
+    elif local_base and backend not in LOCAL_BASES:
+        raise ConfigError(f"no local base is known for the {backend.value} image")
     return args
 
 

@@ -3,6 +3,12 @@
 common/arg.cpp prints ``Available devices:`` then one ``  <name>: <description> (<total>
 MiB, <free> MiB free)`` line per non-CPU device, or ``  (none)``. The device name's
 prefix is the backend (``CUDA0``, ``ROCm0``, ``Vulkan0``, ``SYCL0``, ``MTL0``).
+
+A GPU build on a machine without its GPU lists ``(none)``, but says what it is on stderr
+while its backend registers: ggml-cuda's ``ggml_cuda_init`` logs ``failed to initialize
+CUDA: …`` (``ROCm`` for a HIP build: ``GGML_CUDA_NAME``) at error level, which the default
+verbosity prints; ggml-vulkan's ``ggml_vulkan: …`` lines are info level and show only when
+a Vulkan device is found. ``infer_backend`` reads both.
 """
 
 from __future__ import annotations
@@ -24,6 +30,14 @@ _DEVICE = re.compile(r"^\s+(?P<name>(?P<prefix>[A-Za-z]+)\d+): (?P<description>.
                      r"\((?P<total>\d+) MiB, (?P<free>\d+) MiB free\)\s*$")
 #: ggml backend name prefixes → our backend words.
 _PREFIX_BACKEND = {"CUDA": Backend.CUDA, "ROCm": Backend.ROCM, "Vulkan": Backend.VULKAN}
+#: Lines a backend prints while it registers, whether or not it finds a device:
+#: ggml/src/ggml-cuda/ggml-cuda.cu ``ggml_cuda_init`` ("%s: failed to initialize "
+#: GGML_CUDA_NAME ": %s", "%s: found %d " GGML_CUDA_NAME " devices") and ggml-vulkan.cpp's
+#: ``ggml_vulkan: `` prefix.
+_INIT_LINE = re.compile(
+    r"ggml_cuda_init: (?:failed to initialize|found \d+) (?P<name>CUDA|ROCm)\b"
+    r"|(?P<vulkan>ggml_vulkan: )")
+_INIT_BACKEND = {"CUDA": Backend.CUDA, "ROCm": Backend.ROCM}
 
 
 @dataclass(frozen=True)
@@ -51,16 +65,54 @@ def parse_device_list(text: str) -> tuple[Device, ...]:
     return tuple(devices)
 
 
-def list_devices(binary: Path) -> tuple[Device, ...]:
+def infer_backend(devices: tuple[Device, ...], *outputs: str) -> Backend:
+    """The backend a binary was built for, from what it listed and printed (pure).
+
+    A listed device names it; else a backend's init line in ``outputs`` (``--list-devices``
+    and ``--version`` text, stderr included); when nothing says, CPU. A Vulkan build on a
+    machine with no Vulkan GPU prints nothing at the default verbosity, so it reads as CPU.
+    """
+    for device in devices:
+        if device.backend is not None:
+            return device.backend
+    for text in outputs:
+        for match in _INIT_LINE.finditer(text):
+            return Backend.VULKAN if match["vulkan"] else _INIT_BACKEND[match["name"]]
+    return Backend.CPU
+
+
+@dataclass(frozen=True)
+class DeviceListing:
+    """One ``--list-devices`` run: its exit code and everything it printed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def listed(self) -> bool:
+        return self.returncode == 0 and "Available devices:" in self.stdout
+
+    def devices(self) -> tuple[Device, ...]:
+        return parse_device_list(self.stdout)
+
+
+def run_list_devices(binary: Path) -> DeviceListing:
+    """Run ``binary --list-devices``; BuildError only when it cannot run at all."""
     try:
         proc = subprocess.run([str(binary), "--list-devices"], capture_output=True, text=True,
-                              timeout=120, check=False)
+                              timeout=120, check=False, errors="replace")
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise BuildError(f"{binary} --list-devices did not run: {exc}") from exc
-    if proc.returncode != 0 or "Available devices:" not in proc.stdout:
-        raise BuildError(f"{binary} --list-devices failed (exit {proc.returncode}): "
-                         f"{(proc.stdout + proc.stderr)[-1000:]}")
-    return parse_device_list(proc.stdout)
+    return DeviceListing(proc.returncode, proc.stdout, proc.stderr)
+
+
+def list_devices(binary: Path) -> tuple[Device, ...]:
+    listing = run_list_devices(binary)
+    if not listing.listed:
+        raise BuildError(f"{binary} --list-devices failed (exit {listing.returncode}): "
+                         f"{(listing.stdout + listing.stderr)[-1000:]}")
+    return listing.devices()
 
 
 def list_devices_in_image(client: Any, image: str,

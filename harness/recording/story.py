@@ -11,6 +11,7 @@ from typing import Any
 from harness.recording.recorder import ServerRecord, SupervisedStory
 from harness.verdicts.failure import classify_start_failure
 from harness.verdicts.gpu_use import gpu_verdict
+from harness.verdicts.residency import residency_json, residency_verdict
 
 #: A passing test keeps the head (model load, devices, buffers) and the tail of each log.
 TRIM_HEAD_LINES = 80
@@ -45,7 +46,8 @@ def trimmed_log(text: str, *, whole: bool) -> str:
 
 
 def verdicts_json(record: ServerRecord, log_text: str, backend: str) -> dict[str, Any]:
-    """The GPU-use verdict, and how the start failed when the server did not serve."""
+    """The GPU-use verdict, where the weights and KV sit (MiB per buffer, the ``ollama ps``
+    share), and how the start failed when the server did not serve."""
     verdict = gpu_verdict(log_text, backend)
     body: dict[str, Any] = {
         "gpu_use": {
@@ -56,6 +58,7 @@ def verdicts_json(record: ServerRecord, log_text: str, backend: str) -> dict[str
                        for b in verdict.blocks],
             "warnings": list(verdict.warnings),
         },
+        "residency": residency_json(residency_verdict(log_text)),
         "served": record.ready_at is not None,
         "exit_code": record.exit_code,
     }

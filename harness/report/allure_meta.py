@@ -160,12 +160,17 @@ GPU_UNUSED = Category("GPU unused", (
         r"|NO_USABLE_GPU|UNDECIDABLE)\b",
         # llama.cpp: the GPU backend came up without a device.
         r"ggml_cuda_init: failed to initialize (?:CUDA|ROCm|MUSA)",
+        # harness/verdicts/failure.py: a CUDA build started without the NVIDIA driver.
+        r"\bdriver-missing\b",
+        r"\bDRIVER_MISSING\b",
+        r"libcuda\.so\.1: cannot open shared object file",
         r"ggml_vulkan: No devices found",
         # harness/plugin.py, --harness-require-gpu without the device.
         r"this run requires (?:cuda|rocm|vulkan|sycl|metal): ",
         r"--list-devices shows no \S+ device",
     )),
     Matcher(trace_regex=_suite_assertion("test_gpu_unused.py")),
+    Matcher(trace_regex=_suite_assertion("test_gpu_unused_images.py")),
 ))
 
 PLAN_FORWARDING = Category("Plan-forwarding mismatch", (

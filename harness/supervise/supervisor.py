@@ -36,7 +36,7 @@ from harness.planning.retry import apply_rung, starting_rung, without_drafter
 from harness.runners.base import RunningServer
 from harness.runners.observe import notify_planned, notify_supervised
 from harness.supervise.readiness import WaitCondition, wait_until_ready
-from harness.verdicts.failure import FailureClass, StartFailure, classify_start_failure
+from harness.verdicts.failure import FIXES, FailureClass, StartFailure, classify_start_failure
 
 #: How much of an attempt's log is kept in its record (the tail; a tiny-model start log
 #: is tens of KiB, and at ``-lv 5`` a few hundred at most).
@@ -211,7 +211,9 @@ class LaunchSupervisor(Generic[S]):
             return _Retry(apply_rung(spec, following), following,
                           f"stepped down the offload ladder to {following.label} "
                           f"({following.reason})")
-        return f"{failure.kind.value} is not a failure a retry can fix"
+        fix = FIXES.get(failure.kind)
+        return (f"{failure.kind.value} is not a failure a retry can fix"
+                + (f"; {fix}" if fix else ""))
 
 
 @dataclass(frozen=True)

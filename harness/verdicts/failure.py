@@ -4,6 +4,10 @@
 it. The lines are llama.cpp's own (pinned source); each pattern below says where it is
 printed. The classes are tried in this order, and the first that matches wins:
 
+0. ``driver-missing`` — the dynamic loader could not find the GPU driver's library
+   (``libcuda.so.1``), so the server never ran a line of its own: a CUDA build started
+   without the driver, e.g. a container on a runner without the NVIDIA container runtime.
+   ld.so's words and exit status 127 (captured: tests/data/logs/cuda/captured-*).
 1. ``drafter-load`` — ``failed to load draft model``. Loading the drafter goes through the
    same loader as the target, so the same start also prints the generic
    ``llama_model_load_from_file_impl: failed to load model``, and a drafter that does not
@@ -46,6 +50,7 @@ class FailureClass(enum.StrEnum):
     The matching log lines come from llama.cpp; see the module docstring for precedence.
     """
 
+    DRIVER_MISSING = "driver-missing"
     DRAFTER_LOAD = "drafter-load"
     MTP_CONTEXT = "mtp-context"
     OUT_OF_MEMORY = "out-of-memory"
@@ -97,6 +102,13 @@ class _Line:
 # a level letter; ggml's Vulkan backend and the argument parser write to stderr directly.
 _PREFIX = re.compile(r"^(?:\d+\.\d{2}\.\d{3}\.\d{3} )?([IWED]) ")
 
+_DRIVER_MISSING = _Rule(FailureClass.DRIVER_MISSING, (
+    # glibc's ld.so (dl-load.c): "<program>: error while loading shared libraries: <lib>:
+    # cannot open shared object file: No such file or directory". libcuda.so.1 is the
+    # NVIDIA driver's user-space half: the toolkit ships only a stub, images never
+    # carry it, and the NVIDIA container runtime mounts the host's copy.
+    re.compile(r"error while loading shared libraries: libcuda\.so\.1\b"),
+))
 _DRAFTER_LOAD = _Rule(FailureClass.DRAFTER_LOAD, (
     # common/speculative.cpp (common_speculative_init_result) and
     # tools/server/server-context.cpp (load_model): "failed to load draft model, '<path>'".
@@ -136,7 +148,17 @@ _MODEL_LOAD = _Rule(FailureClass.MODEL_LOAD, (
 ), ignored_levels=frozenset({"W", "I", "D"}))
 
 #: The server's own words, tried before the exit status is looked at.
-_DECISIVE: tuple[_Rule, ...] = (_DRAFTER_LOAD, _MTP_CONTEXT, _OUT_OF_MEMORY, _UNKNOWN_FLAG)
+_DECISIVE: tuple[_Rule, ...] = (_DRIVER_MISSING, _DRAFTER_LOAD, _MTP_CONTEXT, _OUT_OF_MEMORY,
+                                _UNKNOWN_FLAG)
+
+#: What to do about a class no retry can fix, for the error a user reads.
+FIXES: dict[FailureClass, str] = {
+    FailureClass.DRIVER_MISSING: (
+        "the NVIDIA driver's libcuda.so.1 is not there: run where the NVIDIA driver is "
+        "installed, or give the container the GPU (`docker run --gpus all`; the engine needs "
+        "the NVIDIA container toolkit, nvidia-container-toolkit, registered with "
+        "`nvidia-ctk runtime configure --runtime=docker`)"),
+}
 
 # ggml/src/ggml.c (ggml_abort) prints "<file>:<line>: <message>" before abort(): the
 # message is "GGML_ASSERT(<cond>) failed" or GGML_ABORT's text; libstdc++ prints

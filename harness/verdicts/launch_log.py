@@ -35,6 +35,24 @@ Lines read, with the function that prints them (pinned source):
 - src/llama-kv-cache.cpp: ``%10s KV buffer size = %8.2f MiB`` and the size line
   (``harness.verdicts.kv_log``)
 - src/llama-model.cpp ``print_info``: ``n_ctx_train = %u``
+- src/llama-model.cpp ``load_tensors``: ``loading model tensors, this can take a while...
+  (load_mode = %s)`` (the requested mode; ``auto`` is printed as what it resolved to,
+  ``llama_load_mode_name``), and whether the host weights sit in a ``*_Mapped`` buffer (a
+  buffer made from the mmap, ``ggml_backend_dev_buffer_from_host_ptr``) or a plain one
+- src/llama.cpp ``llama_prepare_model_devices``: ``creating a Meta device for tensor
+  parallelism from %zu devices`` / ``creating a Meta device with %zu devices``
+  (``--split-mode tensor``); with ``--split-mode none`` it keeps only the ``--main-gpu``-th
+  device, so exactly one ``using device`` line remains
+- src/llama-mmap.cpp ``llama_mlock::raw_lock``: ``warning: failed to mlock %zu-byte buffer
+  (after previously locking %zu bytes): %s`` and ``warning: mlock not supported on this
+  system`` (WARN; a successful lock prints nothing)
+- common/speculative.cpp, each draft implementation's constructor (``draft-simple``,
+  ``draft-eagle3``, ``draft-mtp`` at TRACE, ``draft-dflash``/``draft-dspark`` at INFO — both
+  shown at ``-lv 4``): ``- n_max=%d, n_min=%d, p_min=%f`` (``%.2f`` for draft-mtp and the
+  block drafters); printed before draft-mtp clamps ``n_max`` to its chained heads, so it is
+  the value the server was given
+- tools/server/server-context.cpp ``load_model`` (TRACE): ``context checkpoints enabled,
+  max = %d, min spacing = %d`` or ``context checkpoints disabled``
 - tools/server/server-context.cpp ``load_model``: ``loading model '%s'``, ``initializing,
   n_slots = %d, n_ctx_slot = %d, kv_unified = '%s'``, ``speculative decoding context
   initialized``, ``failed to initialize speculative decoding context: %s``,
@@ -49,18 +67,24 @@ Lines read, with the function that prints them (pinned source):
 
 ``compare_launch`` checks a planned launch against the report, applying the request the
 way llama_context does (``n_ctx`` padded to 256, ``n_batch`` capped by ``n_ctx``…), and
-returns every field that differs.
+returns every field that differs. ``unverifiable`` names the planned fields a build cannot
+show at all (a CPU build has no GPU device to split over, select or put the KV cache on),
+each with the reason, so a caller leaves them out loudly instead of passing them silently.
 """
 
 from __future__ import annotations
 
 import enum
 import re
+import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import PurePath
+from types import MappingProxyType
 
+from harness.facts.build import Backend
+from harness.facts.gpu import LoadMode, SplitMode
 from harness.verdicts.kv_log import KvLogLine, parse_kv_cache_lines
 
 
@@ -130,6 +154,16 @@ class AllocFailure:
 
 
 @dataclass(frozen=True)
+class DraftParams:
+    """One draft implementation's ``- n_max=%d, n_min=%d, p_min=…`` line (speculative.cpp)."""
+
+    n_max: int
+    n_min: int
+    #: As printed: six decimals (``%f``) or two (``%.2f``), depending on the implementation.
+    p_min: Decimal
+
+
+@dataclass(frozen=True)
 class LogBlock:
     """The raw lines of one model block, as ``split_blocks`` cut them."""
 
@@ -168,11 +202,36 @@ class BlockReport:
     kv_buffers: tuple[BufferSize, ...] = ()
     compute_buffers: tuple[BufferSize, ...] = ()
     alloc_failures: tuple[AllocFailure, ...] = ()
+    #: ``load_tensors: … (load_mode = X)``: the mode the loader was asked for (auto resolved).
+    load_mode: LoadMode | None = None
+    #: ``creating a Meta device … N devices``: the model is split by tensor over N devices.
+    tensor_split_devices: int | None = None
 
     @property
     def model_buffers_mib(self) -> dict[str, Decimal]:
         """Model weights per buffer (``CPU_Mapped``, ``CUDA0``, …), summed over repeats."""
         return _sum_by_buffer(self.model_buffers)
+
+    @property
+    def weights_mapped(self) -> bool | None:
+        """Whether weights sit in a buffer made from the mmap (``CPU_Mapped``); None when no
+        model buffer line was printed. Without mmap the host weights are in ``CPU`` (or a GPU
+        backend's pinned ``CUDA_Host``-style buffer)."""
+        if not self.model_buffers:
+            return None
+        return any(buf.buffer.endswith(_MAPPED_SUFFIX) for buf in self.model_buffers)
+
+    @property
+    def gpu_devices(self) -> tuple[str, ...]:
+        """The GPU devices of the ``using device`` lines (``CUDA0``, …), in order."""
+        return tuple(d.name for d in self.devices if _GPU_DEVICE.match(d.name))
+
+    @property
+    def kv_on_gpu(self) -> bool | None:
+        """Whether any ``KV buffer size`` line names a GPU buffer; None without KV lines."""
+        if not self.kv_buffers:
+            return None
+        return any(_GPU_DEVICE.match(buf.buffer) for buf in self.kv_buffers)
 
     @property
     def has_context(self) -> bool:
@@ -199,6 +258,14 @@ class LaunchReport:
     speculative_error: str | None
     #: ``tensor overrides to CPU are used with mmap enabled`` (visible at ``-lv 4``).
     cpu_override_warning: bool
+    #: Each draft implementation's ``- n_max=…, n_min=…, p_min=…`` line, in order.
+    draft_params: tuple[DraftParams, ...] = ()
+    #: ``context checkpoints enabled, max = N, …``; 0 for ``context checkpoints disabled``.
+    ctx_checkpoints: int | None = None
+    #: ``… min spacing = M``; None when checkpoints are disabled (the line has no spacing).
+    checkpoint_min_step: int | None = None
+    #: ``warning: failed to mlock …`` / ``mlock not supported …``, as printed.
+    mlock_failures: tuple[str, ...] = ()
 
     # The target's context, under the names a plan uses for them.
     @property
@@ -245,6 +312,22 @@ class LaunchReport:
     @property
     def overrides(self) -> tuple[TensorOverride, ...]:
         return self.target.overrides if self.target else ()
+
+    @property
+    def load_mode(self) -> LoadMode | None:
+        return self.target.load_mode if self.target else None
+
+    @property
+    def weights_mapped(self) -> bool | None:
+        return self.target.weights_mapped if self.target else None
+
+    @property
+    def gpu_devices(self) -> tuple[str, ...]:
+        return self.target.gpu_devices if self.target else ()
+
+    @property
+    def kv_on_gpu(self) -> bool | None:
+        return self.target.kv_on_gpu if self.target else None
 
     @property
     def drafter_loaded(self) -> bool:
@@ -358,6 +441,19 @@ _KV_UNIFIED = re.compile(r"llama_context: kv_unified\s+= (?P<value>true|false)")
 _FA_RESOLVED = re.compile(r"Flash Attention (?P<how>enabled|not supported, set to disabled)")
 _FA_FORCED = re.compile(r"enabling flash_attn since it is required for (?P<why>.+?)\s*$")
 _N_CTX_TRAIN = re.compile(r"print_info: n_ctx_train\s+= (?P<value>\d+)")
+_LOAD_MODE = re.compile(
+    r"loading model tensors, this can take a while\.\.\. \(load_mode = "
+    r"(?P<mode>" + "|".join(re.escape(m.value) for m in LoadMode) + r")\)")
+_TENSOR_SPLIT = re.compile(
+    r"creating a Meta device (?:for tensor parallelism from|with) (?P<n>\d+) devices")
+#: A buffer made from a host pointer is named ``*_Mapped`` (ggml/src/ggml-backend.cpp
+#: ``ggml_backend_cpu_buffer_from_ptr_type_get_name``: ``CPU_Mapped``; Metal's
+#: ``MTL0_Mapped``); load_tensors makes one only on the mmap path.
+_MAPPED_SUFFIX = "_Mapped"
+#: A device of a GPU backend, or a buffer on one: the backend's name and an index (the names
+#: ``harness.verdicts.gpu_use.GpuBackend`` lists; host buffers such as ``CUDA_Host`` and
+#: ``CPU`` do not match). Kept here because gpu_use imports this module.
+_GPU_DEVICE = re.compile(r"^(?:CUDA|ROCm|Vulkan|SYCL|MTL)(?P<index>\d+)$")
 _ALLOC_FAILED = (
     re.compile(r"failed to allocate (?P<buf>\S+) buffer of size \d+"),
     re.compile(r"unable to allocate (?P<buf>\S+) buffer"),
@@ -379,6 +475,8 @@ def parse_block(block: LogBlock) -> BlockReport:
     unified = _first(_KV_UNIFIED, messages, "value")
     offloaded = next((found for text in messages if (found := _OFFLOADED.search(text))), None)
     n_ctx_train = _first(_N_CTX_TRAIN, messages, "value")
+    load_mode = _first(_LOAD_MODE, messages, "mode")
+    tensor_split = _first(_TENSOR_SPLIT, messages, "n")
     return BlockReport(
         role=block.role,
         kind=block.kind,
@@ -401,6 +499,8 @@ def parse_block(block: LogBlock) -> BlockReport:
         kv_buffers=tuple(_buffers(_KV_BUFFER, messages)),
         compute_buffers=tuple(_buffers(_COMPUTE_BUFFER, messages)),
         alloc_failures=tuple(_alloc_failures(messages)),
+        load_mode=LoadMode(load_mode) if load_mode else None,
+        tensor_split_devices=int(tensor_split) if tensor_split else None,
     )
 
 
@@ -466,6 +566,14 @@ _SPEC_ERROR = re.compile(
     r"(?P<error>(?:failed to load draft model|failed to create MTP context|"
     r"failed to initialize speculative decoding context).*?)\s*$")
 _CPU_OVERRIDE_WARNING = re.compile(r"tensor overrides to CPU are used with mmap enabled")
+_DRAFT_PARAMS = re.compile(
+    r"- n_max=(?P<n_max>-?\d+), n_min=(?P<n_min>-?\d+), p_min=(?P<p_min>-?\d+\.\d+)")
+_CHECKPOINTS_ON = re.compile(
+    r"context checkpoints enabled, max = (?P<max>-?\d+), min spacing = (?P<step>-?\d+)")
+_CHECKPOINTS_OFF = re.compile(r"context checkpoints disabled")
+_MLOCK_FAILED = re.compile(
+    r"(?P<error>warning: (?:failed to (?:mlock|VirtualLock) \d+-byte buffer|"
+    r"mlock not supported on this system).*?)\s*$")
 
 
 def parse_launch_log(log: str) -> LaunchReport:
@@ -476,6 +584,9 @@ def parse_launch_log(log: str) -> LaunchReport:
     slots = next((found for line in log.splitlines() if (found := _SLOTS.search(line))), None)
     texts = [message(line) for line in log.splitlines()]
     draft_path = _first(_DRAFT_MODEL, texts, "path")
+    checkpoints = next((found for text in texts if (found := _CHECKPOINTS_ON.search(text))),
+                       None)
+    disabled = any(_CHECKPOINTS_OFF.search(text) for text in texts)
     return LaunchReport(
         target=target,
         drafter=drafter,
@@ -488,6 +599,13 @@ def parse_launch_log(log: str) -> LaunchReport:
         speculative_ready=any(_SPEC_READY.search(text) for text in texts),
         speculative_error=_first(_SPEC_ERROR, texts, "error"),
         cpu_override_warning=any(_CPU_OVERRIDE_WARNING.search(text) for text in texts),
+        draft_params=tuple(DraftParams(int(found["n_max"]), int(found["n_min"]),
+                                       Decimal(found["p_min"]))
+                           for text in texts if (found := _DRAFT_PARAMS.search(text))),
+        ctx_checkpoints=int(checkpoints["max"]) if checkpoints else (0 if disabled else None),
+        checkpoint_min_step=int(checkpoints["step"]) if checkpoints else None,
+        mlock_failures=tuple(found["error"] for text in texts
+                             if (found := _MLOCK_FAILED.search(text))),
     )
 
 
@@ -537,11 +655,16 @@ def compare_launch(expected: Mapping[str, object], report: LaunchReport) -> tupl
 
     Keys are ``LaunchSpec`` names (``ctx_size``, ``parallel``, ``batch_size``,
     ``ubatch_size``, ``cache_type_k``, ``cache_type_v``, ``flash_attn``, ``n_gpu_layers``,
-    ``drafter``, ``spec_type``, ``n_cpu_moe``, ``cpu_moe``, ``n_cpu_ffn``) or report names
+    ``split_mode``, ``main_gpu``, ``kv_offload``, ``load_mode``, ``ctx_checkpoints``,
+    ``checkpoint_min_step``, ``spec_draft_n_min``, ``spec_draft_n_max``,
+    ``spec_draft_p_min``, ``drafter``, ``spec_type``, ``n_cpu_moe``, ``cpu_moe``,
+    ``n_cpu_ffn``) or report names
     (``n_ctx``, ``n_ctx_seq``, ``n_batch``, ``n_ubatch``, ``n_slots``, ``type_k``,
     ``type_v``, ``flash_attn_effective``, ``drafter_loaded``, ``mtp_context``,
     ``speculative_ready``, ``overrides``). A None value (and ``cpu_moe`` False, LaunchSpec's
-    default) is not planned and is skipped. Raises ValueError for an unknown key.
+    default) is not planned and is skipped. A field the log cannot show counts as a
+    mismatch (observed None, with why); leave such fields out with ``unverifiable`` first.
+    Raises ValueError for an unknown key.
     """
     unknown = sorted(set(expected) - set(_COMPARERS))
     if unknown:
@@ -680,6 +803,155 @@ def _override_count(value: object, report: LaunchReport) -> _Check:
     return _Check(value, len(report.overrides))
 
 
+_NO_DRAFT_PARAMS = ("no '- n_max=…, n_min=…, p_min=…' line: no draft implementation was set up "
+                    "(common/speculative.cpp prints one per draft-* implementation)")
+
+
+def _draft_value(report: LaunchReport, name: str) -> object:
+    """One draft parameter as every draft implementation printed it; a tuple if they differ."""
+    values = sorted({getattr(params, name) for params in report.draft_params})
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def _draft_count(key: str, name: str) -> _Comparer:
+    def check(value: object, report: LaunchReport) -> _Check:
+        observed = _draft_value(report, name)
+        return _Check(_int(value, key), observed, "" if report.draft_params else _NO_DRAFT_PARAMS)
+    return check
+
+
+def _as_float32(value: float) -> float:
+    """``value`` as common/arg.cpp stores it (``std::stof`` into a float)."""
+    return float(struct.unpack("f", struct.pack("f", value))[0])
+
+
+def _spec_draft_p_min(value: object, report: LaunchReport) -> _Check:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"compare_launch: spec_draft_p_min must be a number, got {value!r}")
+    printed = _draft_value(report, "p_min")
+    if not isinstance(printed, Decimal):
+        return _Check(value, printed, "" if report.draft_params else _NO_DRAFT_PARAMS)
+    # The line rounds to its own decimals (%f or %.2f), so the plan is compared at that
+    # precision: 0.125 is printed 0.12 by draft-mtp, as printf rounds the stored float.
+    decimals = -int(printed.as_tuple().exponent)
+    want = f"{_as_float32(float(value)):.{decimals}f}"
+    return _Check(value, float(printed), f"printed with {decimals} decimals as {printed}",
+                  ok=want == str(printed))
+
+
+def _checkpoint_min_step(value: object, report: LaunchReport) -> _Check:
+    step = _int(value, "checkpoint_min_step")
+    detail = ("context checkpoints disabled: load_model prints no spacing"
+              if report.ctx_checkpoints == 0 else "")
+    return _Check(step, report.checkpoint_min_step, detail)
+
+
+#: The load modes that lock the weights in RAM (src/llama-model.cpp ``load_tensors``:
+#: ``use_mlock``); whether the file was mapped is read from the buffers instead.
+_MLOCK_MODES = frozenset({LoadMode.MLOCK, LoadMode.MMAP_MLOCK})
+
+
+def _effective_load_mode(report: LaunchReport) -> LoadMode | None:
+    """The mode the weights were loaded with, from what the load did rather than its echo:
+    mmap is a ``*_Mapped`` model buffer, mlock a lock mode with no mlock failure."""
+    printed, mapped = report.load_mode, report.weights_mapped
+    if printed is None or mapped is None:
+        return None
+    locked = printed in _MLOCK_MODES and not report.mlock_failures
+    if mapped:
+        return LoadMode.MMAP_MLOCK if locked else LoadMode.MMAP
+    if locked:
+        return LoadMode.MLOCK
+    # Direct I/O leaves no trace of its own beyond the echo; without mmap it reads like none.
+    return LoadMode.DIO if printed is LoadMode.DIO else LoadMode.NONE
+
+
+def _load_mode(value: object, report: LaunchReport) -> _Check:
+    planned = LoadMode(str(getattr(value, "value", value)))
+    observed = _effective_load_mode(report)
+    if observed is None:
+        return _Check(planned.value, None,
+                      "no 'load_tensors: … (load_mode = …)' or model buffer line")
+    printed = report.load_mode
+    mapped = "in a mapped buffer" if report.weights_mapped else "in an unmapped buffer"
+    detail = f"load_tensors printed load_mode = {printed}, weights {mapped}"
+    if report.mlock_failures:
+        detail += f"; {report.mlock_failures[0]}"
+    want = planned
+    if planned is LoadMode.AUTO:
+        # auto: mmap unless a device cannot map; load_tensors prints what it resolved to.
+        want = LoadMode.MMAP if printed is LoadMode.MMAP else LoadMode.NONE
+    return _Check(want.value, observed.value, detail,
+                  ok=observed is want and printed in (want, planned))
+
+
+_NO_GPU_LINE = "no 'offloaded N/M layers to GPU' line (a build without GPU)"
+
+
+def _kv_offload(value: object, report: LaunchReport) -> _Check:
+    planned = bool(value)
+    offloaded = report.target.offloaded_layers if report.target else None
+    if offloaded is None:
+        return _Check(planned, None, _NO_GPU_LINE)
+    # llama_kv_cache puts a layer's cache on that layer's device (model.dev_layer) when
+    # offload is on, else on the CPU; of N offloaded layers one is the output layer
+    # (load_tensors "offloading output layer to GPU"), so repeating layers are on the GPU
+    # only when N > 1.
+    repeating_on_gpu = offloaded[0] > 1
+    want = planned and repeating_on_gpu
+    detail = ("" if want == planned
+              else f"{offloaded[0]}/{offloaded[1]} offloaded: no repeating layer, so no KV, is "
+                   "on the GPU")
+    return _Check(want, report.kv_on_gpu, detail)
+
+
+def _observed_split_mode(report: LaunchReport) -> tuple[frozenset[SplitMode], str] | None:
+    """The split modes the device lines allow, and why; None when no GPU device is named."""
+    target = report.target
+    if target is not None and target.tensor_split_devices is not None:
+        return frozenset({SplitMode.TENSOR}), (
+            f"a Meta device over {target.tensor_split_devices} devices")
+    # Row split puts matrices in the backend's split buffer type (make_gpu_buft_list). In
+    # the pinned source only SYCL (``SYCL_Split``) has one; CUDA, ROCm and Vulkan refuse
+    # the load ("does not support split buffers"), which fails the start instead.
+    if target is not None and any(buf.buffer.endswith("_Split") for buf in target.model_buffers):
+        return frozenset({SplitMode.ROW}), "a *_Split model buffer"
+    gpus = report.gpu_devices
+    if not gpus:
+        return None
+    if len(gpus) > 1:
+        return frozenset({SplitMode.LAYER}), f"{len(gpus)} GPU devices: {', '.join(gpus)}"
+    # One device: llama_prepare_model_devices keeps only the main GPU for none, and a
+    # machine with one GPU gives layer the same single device.
+    return frozenset({SplitMode.NONE, SplitMode.LAYER}), (
+        f"one GPU device ({gpus[0]}): none and layer place the model alike")
+
+
+def _split_mode(value: object, report: LaunchReport) -> _Check:
+    planned = SplitMode(str(getattr(value, "value", value)))
+    seen = _observed_split_mode(report)
+    if seen is None:
+        return _Check(planned.value, None, "no GPU 'using device' line (a build without GPU)")
+    modes, why = seen
+    observed = "|".join(sorted(m.value for m in modes))
+    return _Check(planned.value, observed, why, ok=planned in modes)
+
+
+def _main_gpu(value: object, report: LaunchReport) -> _Check:
+    index = _int(value, "main_gpu")
+    gpus = report.gpu_devices
+    if len(gpus) != 1:
+        return _Check(index, None, f"{len(gpus)} GPU 'using device' lines: --main-gpu picks "
+                      "the one device only with --split-mode none")
+    # llama_prepare_model_devices keeps devices[main_gpu] of the build's GPUs in registry
+    # order, which ggml names <backend>0, <backend>1, … (one GPU backend, no RPC servers).
+    found = _GPU_DEVICE.match(gpus[0])
+    observed = int(found["index"]) if found else None
+    return _Check(index, observed, f"the model's one device is {gpus[0]}")
+
+
 _COMPARERS: dict[str, _Comparer] = {
     "ctx_size": _ctx_size,
     "parallel": _field("n_slots"),
@@ -706,9 +978,71 @@ _COMPARERS: dict[str, _Comparer] = {
     "mtp_context": _mtp_context,
     "speculative_ready": _field("speculative_ready"),
     "overrides": _override_count,
+    "spec_draft_n_min": _draft_count("spec_draft_n_min", "n_min"),
+    "spec_draft_n_max": _draft_count("spec_draft_n_max", "n_max"),
+    "spec_draft_p_min": _spec_draft_p_min,
+    "ctx_checkpoints": _field("ctx_checkpoints"),
+    "checkpoint_min_step": _checkpoint_min_step,
+    "load_mode": _load_mode,
+    "kv_offload": _kv_offload,
+    "split_mode": _split_mode,
+    "main_gpu": _main_gpu,
 }
 
 
 def comparable_fields() -> Sequence[str]:
     """The keys ``compare_launch`` accepts."""
     return tuple(sorted(_COMPARERS))
+
+
+#: Planned fields a CPU build cannot show, and why. It registers no GPU device, so
+#: llama_prepare_model_devices prints no ``using device`` line and load_tensors no
+#: ``offloaded N/M layers to GPU`` line; every buffer is a CPU one.
+CPU_UNVERIFIABLE: Mapping[str, str] = MappingProxyType({
+    "n_gpu_layers": "a CPU build has no GPU to offload to: load_tensors prints no "
+                    "'offloaded N/M layers to GPU' line",
+    "split_mode": "a CPU build lists no GPU device (no 'using device' line from "
+                  "llama_prepare_model_devices): there is nothing to split the model over",
+    "main_gpu": "a CPU build lists no GPU device (no 'using device' line from "
+                "llama_prepare_model_devices): there is no main GPU to pick",
+    "kv_offload": "on a CPU build llama_kv_cache puts every layer's cache on the CPU with or "
+                  "without --no-kv-offload: the 'KV buffer size' line says CPU either way",
+})
+
+#: The speculative types whose implementations take and print the draft sizes
+#: (common/speculative.cpp: the draft-* family; the ngram ones have sizes of their own).
+_DRAFT_TYPE_PREFIX = "draft-"
+_DRAFT_FIELDS = ("spec_draft_n_min", "spec_draft_n_max", "spec_draft_p_min")
+
+
+class UnverifiedField(UserWarning):
+    """A planned field was sent but the server under test cannot show it (reason given).
+
+    Defined here, not in the suite: pytest-xdist's controller re-creates a worker's
+    warning by importing its class's module, and a test module is not importable there.
+    """
+
+
+def unverifiable(expected: Mapping[str, object], backend: Backend) -> dict[str, str]:
+    """The planned fields of ``expected`` (``compare_launch`` keys) that a ``backend`` build's
+    server cannot show for this plan, each with the reason; ``compare_launch`` would call
+    them mismatches. Unplanned (None) fields are not listed.
+    """
+    planned = {key: value for key, value in expected.items() if value is not None}
+    found: dict[str, str] = {}
+    if backend is Backend.CPU:
+        found.update({key: why for key, why in CPU_UNVERIFIABLE.items() if key in planned})
+    spec_types = str(planned.get("spec_type") or "none").split(",")
+    if not any(t.startswith(_DRAFT_TYPE_PREFIX) for t in spec_types):
+        why = (f"spec type {','.join(spec_types)} runs no draft-* implementation, so no "
+               "'- n_max=…, n_min=…, p_min=…' line is printed and nothing uses the draft sizes")
+        found.update({key: why for key in _DRAFT_FIELDS if key in planned})
+    if planned.get("ctx_checkpoints") == 0 and "checkpoint_min_step" in planned:
+        found["checkpoint_min_step"] = ("--ctx-checkpoints 0 disables checkpoints: load_model "
+                                        "prints 'context checkpoints disabled', no spacing")
+    split = str(getattr(planned.get("split_mode"), "value", planned.get("split_mode")))
+    if "main_gpu" in planned and "main_gpu" not in found and split != SplitMode.NONE.value:
+        found["main_gpu"] = (f"--split-mode {planned.get('split_mode') or 'layer (default)'}: "
+                             "llama_prepare_model_devices applies --main-gpu only with "
+                             "--split-mode none")
+    return found
