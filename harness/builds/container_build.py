@@ -51,6 +51,7 @@ from harness.planning.container_plan import (
     DEFAULT_BASES,
     IMAGE_ARGS,
     LOCAL_BASES,
+    PROBE_ENVIRONMENT,
     SERVER_PATH_IN_IMAGE,
     container_build_args,
 )
@@ -95,11 +96,12 @@ def build_image(client: Any, cache: Path, source: SourceTree, request: BuildRequ
                    progress=progress)
         info = BuildInfo(
             key=key, backend=request.backend, binary=SERVER_PATH_IN_IMAGE,
-            version=_run_in_image(client, f"{tag}-stage", "--version"),
+            version=_run_in_image(client, f"{tag}-stage", "--version", request.backend),
             source_digest=source.digest, source_origin=source.origin,
             cmake_flags=request.cmake_flags(), compiler="container:" + ",".join(base_ids),
             build_seconds=round(time.monotonic() - started, 1),
-            capabilities=parse_capabilities(_run_in_image(client, f"{tag}-stage", "--help")),
+            capabilities=parse_capabilities(
+                _run_in_image(client, f"{tag}-stage", "--help", request.backend)),
             image=tag, base_image_digest=",".join(base_ids),
         )
         _label(client, f"{tag}-stage", tag, info)
@@ -237,8 +239,11 @@ def _run_build(client: Any, directory: Path, source: SourceTree, backend: Backen
                          f"--- full log: {log_path} ---")
 
 
-def _run_in_image(client: Any, image: str, flag: str) -> str:
-    container = client.containers.create(image, [flag], network_mode="host")
+def _run_in_image(client: Any, image: str, flag: str, backend: Backend) -> str:
+    # Asked with no GPU: a CUDA binary does not even load without a libcuda.so.1, so it
+    # is given the toolkit's driver stub the image keeps (PROBE_ENVIRONMENT).
+    container = client.containers.create(image, [flag], network_mode="host",
+                                         environment=dict(PROBE_ENVIRONMENT.get(backend, {})))
     try:
         container.start()
         code = container.wait(timeout=120).get("StatusCode")

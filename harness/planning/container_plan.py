@@ -46,6 +46,16 @@ DEFAULT_BASES: Mapping[Backend, Mapping[str, str]] = MappingProxyType({
 })
 
 
+#: Where the CUDA image keeps the toolkit's driver stub (ci/docker/cuda.Dockerfile): off
+#: the loader's path, so only a container told so loads it.
+CUDA_DRIVER_STUB_DIR = "/opt/harness/cuda-stub"
+#: The environment a build's ``--version``/``--help`` are asked in, where the build machine
+#: has no GPU: the CUDA binary links libcuda.so.1 and would not load at all without one.
+#: Never used for a server that is to reach a GPU: the stub would shadow the driver.
+PROBE_ENVIRONMENT: Mapping[Backend, Mapping[str, str]] = MappingProxyType({
+    Backend.CUDA: MappingProxyType({"LD_LIBRARY_PATH": CUDA_DRIVER_STUB_DIR}),
+})
+
 #: The build argument of the CUDA and ROCm Dockerfiles that says where the GPU toolkit
 #: comes from: ``base`` (NVIDIA's / AMD's images carry it) or ``debian`` (a local Debian
 #: base: the Dockerfile installs Debian's packages of it).
