@@ -6,9 +6,10 @@
 Starts the image through the container runner with **no GPU access** (the explicit
 ``gpu=None``: the events worth capturing here are a GPU build on a machine without its
 GPU), with the suites' argv (``-lv 4``, ``--port 0``), waits until the server serves or
-exits, stops it, and writes the log byte for byte plus the frame of its sidecar: the provenance ("captured:
-image, argv, date") and the exit code. It prints the verdicts the parsers give today;
-the sidecar's expectations are written by whoever read the log (tests/data/logs/README.md).
+exits, stops it, and writes the log byte for byte plus the frame of its sidecar: the
+provenance ("captured: image, argv, date") and the exit code. It prints the verdicts the
+parsers give today; the sidecar's expectations are written by whoever read the log
+(tests/data/logs/README.md).
 """
 
 from __future__ import annotations

@@ -26,15 +26,12 @@ from pathlib import Path
 import pytest
 
 from harness import modelgen
-from harness.builds.container_build import build_image
-from harness.builds.resolve import resolve_source
+from harness.builds.container_build import pinned_source_image
 from harness.client import ServerClient
 from harness.facts.build import Backend, BuildInfo
-from harness.paths import cache_root
 from harness.planning.build_plan import BuildRequest
 from harness.planning.container_plan import CUDA_DRIVER_STUB_DIR
 from harness.planning.launch import LaunchSpec
-from harness.probes.docker_engine import docker_engine
 from harness.probes.gguf_facts import read_model_facts
 from harness.runners.container_runner import ContainerRunner
 from harness.supervise.supervisor import BrokenDrafters, LaunchFailedError, LaunchSupervisor
@@ -47,28 +44,15 @@ pytestmark = [pytest.mark.docker, pytest.mark.server]
 NO_GPU_ACCESS = None
 
 
-def reduced_image(backend: Backend) -> BuildInfo:
-    """The reduced ``backend`` image of the pinned source (a cache hit once test.sh
-    built it; built here otherwise, which takes half an hour on 2 cores)."""
-    cache = cache_root()
-    client = docker_engine()
-    try:
-        built = build_image(client, cache, resolve_source(cache, None),
-                            BuildRequest(backend=backend, reduced=True))
-    finally:
-        client.close()
-    assert built.info.image is not None
-    return built.info
-
-
 @pytest.fixture(scope="module")
 def cuda_image() -> BuildInfo:
-    return reduced_image(Backend.CUDA)
+    """The reduced CUDA image (a cache hit once test.sh built it; half an hour if not)."""
+    return pinned_source_image(BuildRequest(backend=Backend.CUDA, reduced=True))
 
 
 @pytest.fixture(scope="module")
 def rocm_image() -> BuildInfo:
-    return reduced_image(Backend.ROCM)
+    return pinned_source_image(BuildRequest(backend=Backend.ROCM, reduced=True))
 
 
 def _runner(info: BuildInfo, tmp_path: Path, env: dict[str, str] | None = None) -> ContainerRunner:

@@ -14,14 +14,11 @@ from pathlib import Path
 import pytest
 
 from harness import modelgen
-from harness.builds.container_build import build_image
-from harness.builds.resolve import resolve_source
+from harness.builds.container_build import pinned_source_image
 from harness.client import ServerClient
 from harness.facts.build import Backend, BuildInfo
-from harness.paths import cache_root
 from harness.planning.build_plan import BuildRequest
 from harness.planning.launch import LaunchSpec
-from harness.probes.docker_engine import docker_engine
 from harness.runners.container_runner import ContainerRunner
 from harness.verdicts.gpu_use import GpuState, gpu_verdict
 
@@ -30,15 +27,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.server]
 
 def vulkan_build() -> BuildInfo:
     """The Vulkan image build of the pinned source (a cache hit once test.sh built it)."""
-    cache = cache_root()
-    client = docker_engine()
-    try:
-        built = build_image(client, cache, resolve_source(cache, None),
-                            BuildRequest(backend=Backend.VULKAN))
-    finally:
-        client.close()
-    assert built.info.image is not None
-    return built.info
+    return pinned_source_image(BuildRequest(backend=Backend.VULKAN))
 
 
 @pytest.fixture(scope="module")

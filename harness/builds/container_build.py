@@ -42,10 +42,12 @@ from harness.builds.native import (
     progress_fraction,
     read_build_info,
 )
+from harness.builds.resolve import resolve_source
 from harness.builds.source import SourceTree, load_manifest
 from harness.errors import BuildError
 from harness.facts.build import Backend, BuildInfo
 from harness.files import write_json_atomic
+from harness.paths import cache_root
 from harness.planning.build_plan import BuildRequest, build_key
 from harness.planning.container_plan import (
     DEFAULT_BASES,
@@ -55,6 +57,7 @@ from harness.planning.container_plan import (
     SERVER_PATH_IN_IMAGE,
     container_build_args,
 )
+from harness.probes.docker_engine import docker_engine
 
 IMAGE_REPOSITORY = "harness/llama-server"
 BUILD_LABEL = "org.llama-harness.build"
@@ -108,6 +111,20 @@ def build_image(client: Any, cache: Path, source: SourceTree, request: BuildRequ
         client.images.remove(f"{tag}-stage")
         write_json_atomic(directory / "build.json", info.to_json())
         return ContainerBuild(info, directory, cache_hit=False)
+
+
+def pinned_source_image(request: BuildRequest) -> BuildInfo:
+    """The image of the pinned source for ``request`` on this machine's engine, built when
+    missing (a cache hit once ``scripts/test.sh`` made it)."""
+    cache = cache_root()
+    client = docker_engine()
+    try:
+        built = build_image(client, cache, resolve_source(cache, None), request)
+    finally:
+        client.close()
+    if built.info.image is None:
+        raise BuildError(f"the {request.backend.value} image build recorded no image tag")
+    return built.info
 
 
 def resolve_bases(client: Any, cache: Path, backend: Backend,
