@@ -31,10 +31,11 @@ from harness.client import ServerClient
 from harness.facts.build import Backend, BuildInfo
 from harness.planning.build_plan import BuildRequest
 from harness.planning.container_plan import CUDA_DRIVER_STUB_DIR
+from harness.planning.drafter import BrokenDrafters
 from harness.planning.launch import LaunchSpec
 from harness.probes.gguf_facts import read_model_facts
 from harness.runners.container_runner import ContainerRunner
-from harness.supervise.supervisor import BrokenDrafters, LaunchFailedError, LaunchSupervisor
+from harness.supervise.supervisor import LaunchFailedError, LaunchSupervisor
 from harness.verdicts.failure import FailureClass
 from harness.verdicts.gpu_use import GpuState, gpu_verdict
 
