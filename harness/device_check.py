@@ -203,21 +203,30 @@ def pack_results(work: Path, archive: Path, limit: int = RETURN_FILE_LIMIT) -> P
     logs = sorted(work.rglob("llama-server-*.log"), key=lambda p: p.stat().st_size)
     wanted = [p for p in (work / "run.json", work / "allure-results",
                           work / "device-check.log") if p.exists()]
-    included: list[str] = []
-    left_out: list[str] = []
-    members = [*wanted, *logs]
-    while True:
-        _write_archive(archive, work, members, left_out)
-        if archive.stat().st_size <= limit or not [m for m in members if m in logs]:
-            break
-        dropped = next(m for m in reversed(members) if m in logs)
-        members.remove(dropped)
-        left_out.append(str(dropped.relative_to(work)))
-    if archive.stat().st_size > limit:
-        raise ConfigError(f"{archive} is {archive.stat().st_size / MIB:.1f} MiB even without "
-                          f"startup logs, over {limit // MIB} MiB: select fewer tests")
-    included = [str(m.relative_to(work)) for m in members]
-    return PackedResults(archive, tuple(included), tuple(left_out))
+
+    def write(kept: int) -> bool:
+        """Write the archive with the ``kept`` smallest logs; whether it fits."""
+        left_out = [str(p.relative_to(work)) for p in reversed(logs[kept:])]
+        _write_archive(archive, work, [*wanted, *logs[:kept]], left_out)
+        return archive.stat().st_size <= limit
+
+    # The most logs that fit, found by bisection: each try compresses everything again,
+    # so dropping one log at a time would cost a try per log on a run of hundreds.
+    kept = len(logs)
+    if not write(kept):
+        if not write(0):
+            raise ConfigError(f"{archive} is {archive.stat().st_size / MIB:.1f} MiB even "
+                              f"without startup logs, over {limit // MIB} MiB: select fewer "
+                              "tests")
+        low, high = 0, kept  # write(low) fits, write(high) does not
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if write(middle) else (low, middle)
+        kept = low
+        write(kept)
+    members = [*wanted, *logs[:kept]]
+    return PackedResults(archive, tuple(str(m.relative_to(work)) for m in members),
+                         tuple(str(p.relative_to(work)) for p in reversed(logs[kept:])))
 
 
 def _write_archive(archive: Path, work: Path, members: Sequence[Path],
