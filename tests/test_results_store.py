@@ -1,24 +1,47 @@
 """The results store on real SQLite and real PostgreSQL: round trips, idempotence,
-concurrent writers, ordering and filters, and what a user sees when it is down."""
+concurrent writers, ordering and filters, what a user sees when it is down, runs the
+run.json schema refuses, report states, and migrating a store of an older version."""
 
 from __future__ import annotations
 
+import json
+import logging
+import math
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 import results_fixtures
 from results_fixtures import CPU_BOX, GPU_BOX, at, fig, figure_key, make_run, outcome
-from sqlalchemy import create_engine, update
+from sqlalchemy import (
+    Column,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    select,
+    update,
+)
 from sqlalchemy.engine import make_url
 
 from harness.results.model import BuildRef, Hardware, RunRecord
 from harness.results.store import (
+    STORE_SCHEMA_VERSION,
+    ReportState,
     ResultsStore,
     ResultsStoreError,
+    RunRecordError,
     default_url,
+    figures,
     open_store,
+    runs,
     schema_version,
 )
 
@@ -226,3 +249,268 @@ def test_display_url_hides_the_password(store_url: str) -> None:
             assert ":***@" in opened.url_for_display
         else:
             assert opened.url_for_display == store_url
+
+
+# -- runs the run.json schema refuses ---------------------------------------------------
+
+@pytest.mark.parametrize(("bad", "field"), [
+    (make_run("nan", figures=[fig("decode_tps", math.nan)]), "$.figures[0].value"),
+    (make_run("inf", outcomes=[outcome("t", duration_s=math.inf)]),
+     "$.outcomes[0].duration_s"),
+    (make_run("nul", branch="main\x00"), "$.branch"),
+    (make_run("nul-message", outcomes=[outcome("t", "failed", message="a\x00b")]),
+     "$.outcomes[0].message"),
+    (make_run("bool", figures=[fig("kv_mib", 1.0, key=figure_key(n_gen=True))]),
+     "$.figures[0].key.n_gen"),
+    (make_run("big", figures=[fig("kv_mib", 1.0, key=figure_key(n_prompt=2**31))]),
+     "$.figures[0].key.n_prompt"),
+], ids=["nan", "inf", "nul-branch", "nul-message", "bool-as-number", "int32-overflow"])
+def test_a_run_the_schema_refuses_is_not_stored(store: ResultsStore, bad: RunRecord,
+                                                field: str) -> None:
+    earlier = _full_run()
+    store.add_run(earlier)
+    with pytest.raises(RunRecordError) as caught:
+        store.add_run(bad, report=ReportState("pending", queued_ns=1))
+    assert caught.value.field == field
+    assert not isinstance(caught.value, ResultsStoreError)
+    assert store.get_run(bad.run_id) is None
+    assert store.list_runs() == [earlier]
+    assert store.report_states([bad.run_id]) == {}
+
+
+def test_a_run_stored_before_the_schema_that_breaks_it_is_skipped(
+        store: ResultsStore, store_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    good, infinite, nan = _numbered(1), _numbered(2), _numbered(3)
+    for run in (good, infinite, nan):
+        store.add_run(run)
+    # What an older harness let in: SQLite keeps inf (and turns NaN into NULL), and
+    # JSON text columns took whatever json.dumps wrote, NaN included.
+    engine = create_engine(store_url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.begin() as conn:
+        conn.execute(update(figures).where(figures.c.run_id == infinite.run_id)
+                     .values(value=math.inf))
+        conn.execute(update(runs).where(runs.c.run_id == nan.run_id)
+                     .values(hardware='{"host": "h", "cpu": "c", "vram_mib": NaN}'))
+    engine.dispose()
+    with caplog.at_level(logging.WARNING, logger="harness.results.store"):
+        assert store.list_runs() == [good]
+        assert store.get_run(nan.run_id) is None
+        # The two newest are broken: a page of one reads on past them.
+        assert store.list_runs(limit=1) == [good]
+        assert store.latest_run() == good
+        assert store.list_runs(limit=2, before_run=nan.run_id) == [good]
+    assert infinite.run_id in caplog.text
+    assert "$.figures[0].value" in caplog.text
+    assert nan.run_id in caplog.text
+    assert "$.hardware.vram_mib" in caplog.text
+
+
+# -- report states ------------------------------------------------------------------------
+
+def test_a_run_is_stored_with_its_report_state(store: ResultsStore) -> None:
+    run = _full_run()
+    pending = ReportState("pending", queued_ns=time.time_ns(), updated_at=at(6))
+    assert store.add_run(run, report=pending) is True
+    assert store.report_states([run.run_id]) == {run.run_id: pending}
+    assert store.runs_awaiting_report() == [run.run_id]
+    assert store.runs_without_report() == []
+
+
+def test_a_run_already_stored_keeps_its_report_state(store: ResultsStore) -> None:
+    run = _full_run()
+    ready = ReportState("ready", updated_at=at(7))
+    store.add_run(run, report=ready)
+    # The run's insert fails on its unique id, and the report row goes with it.
+    assert store.add_run(run, report=ReportState("pending", queued_ns=5)) is False
+    assert store.report_states([run.run_id]) == {run.run_id: ready}
+    bare = make_run("bare")
+    store.add_run(bare)
+    assert store.add_run(bare, report=ReportState("pending", queued_ns=5)) is False
+    assert store.report_states([bare.run_id]) == {}
+
+
+def test_set_report_state_inserts_then_updates(store: ResultsStore) -> None:
+    run = _full_run()
+    store.add_run(run)
+    pending = ReportState("pending", queued_ns=2**62, updated_at=at(1))
+    store.set_report_state(run.run_id, pending)
+    assert store.report_states([run.run_id]) == {run.run_id: pending}
+    failed = ReportState("failed", message="allure: exit 1\nno results",
+                         problems=("allure-results/a.json: not JSON", "ünïcode"),
+                         queued_ns=2**62, updated_at=at(2))
+    store.set_report_state(run.run_id, failed)
+    assert store.report_states([run.run_id]) == {run.run_id: failed}
+    assert store.runs_awaiting_report() == []
+
+
+def test_threads_setting_a_new_report_state_at_once(store: ResultsStore) -> None:
+    run = _full_run()
+    store.add_run(run)
+    states = [ReportState("ready", message=f"writer {i}") for i in range(8)]
+    def work(i: int) -> bool:
+        store.set_report_state(run.run_id, states[i])
+        return True
+
+    assert _at_once(8, work) == [True] * 8
+    assert store.report_states([run.run_id])[run.run_id] in states
+
+
+def test_a_report_state_for_an_unknown_run_is_an_error(store: ResultsStore) -> None:
+    with pytest.raises(ResultsStoreError, match="no run 'ghost'"):
+        store.set_report_state("ghost", ReportState("pending"))
+
+
+def test_report_states_leaves_out_runs_without_one(store: ResultsStore) -> None:
+    for i in range(3):
+        store.add_run(_numbered(i))
+    store.set_report_state("run-0", ReportState("ready"))
+    store.set_report_state("run-2", ReportState("failed", message="boom"))
+    assert store.report_states(["run-0", "run-1", "run-2", "ghost", "run-0"]) == {
+        "run-0": ReportState("ready"), "run-2": ReportState("failed", message="boom")}
+    assert store.report_states([]) == {}
+
+
+def test_runs_awaiting_report_oldest_queued_first(store: ResultsStore) -> None:
+    queued = {"run-0": 30, "run-1": 10, "run-2": 10, "run-3": 5}
+    for i in range(5):
+        store.add_run(_numbered(i))
+    for run_id, at_ns in queued.items():
+        store.set_report_state(run_id, ReportState("pending", queued_ns=at_ns))
+    store.set_report_state("run-3", ReportState("ready", queued_ns=5))
+    # run-1 and run-2 were queued together: the one stored first goes first.
+    assert store.runs_awaiting_report() == ["run-1", "run-2", "run-0"]
+
+
+def test_runs_without_report_in_order_of_storing(store: ResultsStore) -> None:
+    for i in (3, 1, 2, 0):
+        store.add_run(_numbered(i))
+    store.set_report_state("run-1", ReportState("pending"))
+    assert store.runs_without_report() == ["run-3", "run-2", "run-0"]
+
+
+def test_a_report_state_outside_the_known_ones_is_refused() -> None:
+    with pytest.raises(ValueError, match="pending, ready"):
+        ReportState("done")
+    with pytest.raises(ValueError, match="BIGINT"):
+        ReportState("pending", queued_ns=2**63)
+
+
+def test_a_nul_in_a_report_message_is_stored_on_both_backends(store: ResultsStore) -> None:
+    store.add_run(make_run("nul-report"))
+    store.set_report_state("nul-report", ReportState("failed", message="a\x00b",
+                                                     problems=("c\x00d",)))
+    assert store.report_states(["nul-report"])["nul-report"] == ReportState(
+        "failed", message="a\ufffdb", problems=("c\x00d",))
+
+
+# -- schema versions ---------------------------------------------------------------------
+
+def _v1_metadata() -> MetaData:
+    """The tables of store schema 1, frozen here as that version created them."""
+    v1 = MetaData()
+    Table("schema_version", v1, Column("version", Integer, primary_key=True,
+                                       autoincrement=False))
+    Table("runs", v1,
+          Column("seq", Integer, primary_key=True, autoincrement=True),
+          Column("run_id", String(), nullable=False, unique=True),
+          *(Column(name, String(), nullable=False) for name in (
+              "branch", "commit", "started_at", "finished_at", "hardware_identity")),
+          Column("hardware", Text, nullable=False), Column("build", Text, nullable=False),
+          Column("harness_version", String(), nullable=False),
+          Column("labels", Text, nullable=False))
+    Table("outcomes", v1,
+          Column("run_id", String(), ForeignKey("runs.run_id", ondelete="CASCADE"),
+                 primary_key=True),
+          Column("position", Integer, primary_key=True, autoincrement=False),
+          Column("test_id", Text, nullable=False), Column("outcome", String(), nullable=False),
+          Column("duration_s", Float, nullable=False), Column("message", Text))
+    Table("figures", v1,
+          Column("run_id", String(), ForeignKey("runs.run_id", ondelete="CASCADE"),
+                 primary_key=True),
+          Column("position", Integer, primary_key=True, autoincrement=False),
+          Column("test_id", Text, nullable=False), Column("metric", String(), nullable=False),
+          Column("value", Float, nullable=False),
+          *(Column(name, String(), nullable=False) for name in (
+              "hardware_identity", "build_key", "fixture", "backend", "gpu", "n_gpu_layers",
+              "cache_type_k", "cache_type_v", "flash_attn", "offload")),
+          Column("n_prompt", Integer, nullable=False), Column("n_gen", Integer, nullable=False))
+    return v1
+
+
+def _write_v1_store(url: str, run: RunRecord) -> None:
+    """A store as harness schema 1 left it, holding ``run``."""
+    v1 = _v1_metadata()
+    engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+    if url.startswith("sqlite"):
+        # Version 1 switched every SQLite store to WAL on its first connection, too.
+        with engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA journal_mode = WAL")
+    with engine.begin() as conn:
+        v1.create_all(conn)
+        conn.execute(v1.tables["schema_version"].insert().values(version=1))
+        conn.execute(v1.tables["runs"].insert().values(
+            run_id=run.run_id, branch=run.branch, commit=run.commit,
+            started_at=run.started_at, finished_at=run.finished_at,
+            hardware_identity=run.hardware.identity,
+            hardware=json.dumps(asdict(run.hardware)), build=json.dumps(asdict(run.build)),
+            harness_version=run.harness_version, labels=json.dumps(run.labels)))
+        conn.execute(v1.tables["outcomes"].insert(), [
+            {"run_id": run.run_id, "position": i, **asdict(o)}
+            for i, o in enumerate(run.outcomes)])
+        conn.execute(v1.tables["figures"].insert(), [
+            {"run_id": run.run_id, "position": i, "test_id": f.test_id, "metric": f.metric,
+             "value": f.value, "hardware_identity": run.hardware.identity,
+             "build_key": run.build.build_key, **asdict(f.key)}
+            for i, f in enumerate(run.figures)])
+    engine.dispose()
+
+
+def _stored_version(url: str) -> list[int]:
+    engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.connect() as conn:
+        found = [int(v) for v in conn.execute(select(schema_version.c.version)).scalars()]
+    engine.dispose()
+    return found
+
+
+def test_a_version_1_store_is_migrated_to_version_2(store_url: str) -> None:
+    old = _full_run()
+    _write_v1_store(store_url, old)
+    with open_store(store_url) as migrated:
+        assert migrated.get_run(old.run_id) == old
+        assert migrated.runs_without_report() == [old.run_id]
+        migrated.set_report_state(old.run_id, ReportState("pending", queued_ns=time.time_ns()))
+        assert migrated.runs_awaiting_report() == [old.run_id]
+        new = make_run("after-migration", started_at=at(9))
+        assert migrated.add_run(new, report=ReportState("ready"))
+        assert migrated.list_runs() == [new, old]
+    assert _stored_version(store_url) == [STORE_SCHEMA_VERSION] == [2]
+    # Opening it again changes nothing.
+    with open_store(store_url) as again:
+        assert again.report_states([new.run_id]) == {new.run_id: ReportState("ready")}
+    assert _stored_version(store_url) == [2]
+
+
+def test_separate_stores_migrating_a_version_1_store_at_once(store_url: str) -> None:
+    old = _full_run()
+    _write_v1_store(store_url, old)
+
+    def work(i: int) -> bool:
+        with open_store(store_url) as own:
+            return own.get_run(old.run_id) == old
+
+    assert _at_once(6, work) == [True] * 6
+    assert _stored_version(store_url) == [2]
+
+
+def test_a_store_of_the_next_version_is_refused_naming_both(store_url: str) -> None:
+    with open_store(store_url):
+        pass
+    engine = create_engine(store_url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.begin() as conn:
+        conn.execute(update(schema_version).values(version=STORE_SCHEMA_VERSION + 1))
+    engine.dispose()
+    with pytest.raises(ResultsStoreError, match=r"has schema 3, newer than this harness's 2"):
+        open_store(store_url)
+    # Refused without a change: still version 3.
+    assert _stored_version(store_url) == [3]

@@ -1,4 +1,5 @@
-"""``harness store RUN_JSON`` through click: new, repeated and broken run records."""
+"""``harness store RUN_JSON`` through click: new, repeated and broken run records (a
+refusal names the file and the JSON path of the field)."""
 
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ def test_a_run_json_without_a_run_id_is_an_error_naming_the_file(tmp_path: Path)
     body = json.loads(run_json.read_text(encoding="utf-8"))
     del body["run_id"]
     run_json.write_text(json.dumps(body), encoding="utf-8")
-    _fails_naming(run_json, tmp_path, "run_id")
+    _fails_naming(run_json, tmp_path, "$.run_id: missing")
 
 
 def test_a_missing_run_json_is_an_error_naming_the_file(tmp_path: Path) -> None:
@@ -87,3 +88,27 @@ def test_a_broken_run_json_stores_nothing(tmp_path: Path) -> None:
     assert CliRunner().invoke(store_command, [str(run_json), "--results-url", url]).exit_code == 2
     with open_store(url) as store:
         assert store.get_run("half") is None
+
+
+def test_a_run_json_with_infinity_is_refused_naming_the_field(tmp_path: Path) -> None:
+    run_json = _write_run(tmp_path / "run.json")
+    body = json.loads(run_json.read_text(encoding="utf-8"))
+    body["figures"][1]["value"] = "@@inf@@"
+    run_json.write_text(json.dumps(body).replace('"@@inf@@"', "Infinity"), encoding="utf-8")
+    _fails_naming(run_json, tmp_path, "$.figures[1].value: Infinity is not allowed")
+    with open_store(_store_url(tmp_path)) as store:
+        assert store.get_run("run-7") is None
+
+
+def test_a_run_json_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
+    run_json = _write_run(tmp_path / "run.json")
+    run_json.write_bytes(run_json.read_bytes().replace(b"feature/y", b"feature/\xff"))
+    _fails_naming(run_json, tmp_path, "is not UTF-8")
+
+
+def test_a_run_json_with_a_wrong_type_names_the_field(tmp_path: Path) -> None:
+    run_json = _write_run(tmp_path / "run.json")
+    body = json.loads(run_json.read_text(encoding="utf-8"))
+    body["outcomes"][0]["duration_s"] = True
+    run_json.write_text(json.dumps(body), encoding="utf-8")
+    _fails_naming(run_json, tmp_path, "$.outcomes[0].duration_s: true is not allowed")

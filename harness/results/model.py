@@ -156,23 +156,12 @@ class RunRecord:
         return body
 
     @classmethod
-    def from_json(cls, body: dict[str, Any]) -> RunRecord:
-        """Parse ``run.json``; raises KeyError/TypeError/ValueError on a malformed body."""
-        if body.get("schema", RUN_SCHEMA_VERSION) != RUN_SCHEMA_VERSION:
-            raise ValueError(f"run schema {body.get('schema')!r} is not "
-                             f"{RUN_SCHEMA_VERSION}")
-        return cls(
-            run_id=str(body["run_id"]),
-            branch=str(body["branch"]),
-            commit=str(body["commit"]),
-            started_at=str(body["started_at"]),
-            finished_at=str(body["finished_at"]),
-            hardware=Hardware(**body["hardware"]),
-            build=BuildRef(**body["build"]),
-            harness_version=str(body["harness_version"]),
-            outcomes=tuple(TestOutcome(**o) for o in body.get("outcomes", ())),
-            figures=tuple(Figure(test_id=str(f["test_id"]), key=FigureKey(**f["key"]),
-                                 metric=str(f["metric"]), value=float(f["value"]))
-                          for f in body.get("figures", ())),
-            labels={str(k): str(v) for k, v in (body.get("labels") or {}).items()},
-        )
+    def from_json(cls, body: object) -> RunRecord:
+        """Parse a ``run.json`` body against the schema (harness.results.run_schema).
+
+        Raises RunRecordError, a ValueError naming the JSON path of the first problem.
+        """
+        # Imported here: run_schema builds these classes, so it imports this module.
+        from harness.results.run_schema import run_from_json  # noqa: PLC0415
+
+        return run_from_json(body, source="run.json")

@@ -3,20 +3,30 @@
 SQLAlchemy Core with portable column types; JSON-shaped parts of a run (hardware,
 build, labels) are kept as JSON text so both backends store them the same way, and
 figures get one column per :class:`FigureKey` field so they can be queried by key.
+Every run goes in through :func:`check_run` and comes out through :func:`run_from_json`,
+so both backends keep exactly the runs the ``run.json`` schema accepts.
+
+Each run may have a report state (:class:`ReportState`), kept here rather than in a
+file so the results service stores a run and its pending report in one transaction.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields
 from types import TracebackType
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Column,
+    ColumnElement,
     Connection,
     Engine,
     Float,
@@ -29,28 +39,41 @@ from sqlalchemy import (
     Text,
     and_,
     create_engine,
+    delete,
     event,
     func,
     or_,
     select,
     text,
 )
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, SQLAlchemyError
 
 from harness.errors import HarnessError
 from harness.paths import cache_root
-from harness.results.model import (
-    BuildRef,
-    Figure,
-    FigureKey,
-    Hardware,
-    RunRecord,
-    TestOutcome,
-)
+from harness.results.model import Figure, FigureKey, RunRecord, TestOutcome
+from harness.results.run_schema import RunRecordError, check_run, run_from_json
 
-#: Bumped when the tables change shape; a store written by a newer harness is refused.
-STORE_SCHEMA_VERSION = 1
+__all__ = [
+    "REPORT_STATES",
+    "STORE_SCHEMA_VERSION",
+    "ReportState",
+    "ResultsStore",
+    "ResultsStoreError",
+    "RunRecordError",
+    "default_url",
+    "display_url",
+    "open_store",
+]
+
+log = logging.getLogger(__name__)
+
+#: Bumped whenever a table changes shape, with a step in _MIGRATIONS that brings a store
+#: of the version before up to it and a test that opens such a store
+#: (tests/test_results_store.py). A store written by a newer harness is refused.
+#: 1: runs, outcomes, figures. 2: reports.
+STORE_SCHEMA_VERSION = 2
 
 #: How long a SQLite writer waits for another writer's lock before giving up (seconds).
 SQLITE_BUSY_TIMEOUT_S = 60.0
@@ -70,6 +93,31 @@ _KEY_FIELDS = tuple(f.name for f in fields(FigureKey))
 
 class ResultsStoreError(HarnessError):
     """The results store could not be opened, read or written."""
+
+
+#: A report waits for the service's worker (pending), was made (ready) or could not be.
+REPORT_STATES = frozenset({"pending", "ready", "failed"})
+
+
+@dataclass(frozen=True)
+class ReportState:
+    """Where a run's report stands, as the results service records it."""
+
+    #: One of :data:`REPORT_STATES`.
+    state: str
+    message: str | None = None
+    problems: tuple[str, ...] = ()
+    #: time.time_ns() when the report was queued: the worker takes the oldest first.
+    queued_ns: int = 0
+    updated_at: str = ""
+
+    def __post_init__(self) -> None:
+        if self.state not in REPORT_STATES:
+            raise ValueError(f"report state {self.state!r} is not one of "
+                             f"{', '.join(sorted(REPORT_STATES))}")
+        if not 0 <= self.queued_ns < 2**63:
+            raise ValueError(f"report queued_ns {self.queued_ns} is outside 0 to 2**63 - 1 "
+                             "(a BIGINT); use time.time_ns()")
 
 
 # Strings carry no length: PostgreSQL would enforce one and SQLite would not, and the
@@ -128,6 +176,20 @@ figures = Table(
     Index("ix_figures_metric", "metric", "hardware_identity"),
 )
 
+# queued_ns is a BigInteger: time.time_ns() overflows PostgreSQL's 32-bit INTEGER.
+reports = Table(
+    "reports", metadata,
+    Column("run_id", String(), ForeignKey("runs.run_id", ondelete="CASCADE"),
+           primary_key=True),
+    Column("state", String(), nullable=False),
+    Column("message", Text, nullable=True),
+    # A JSON list of strings.
+    Column("problems", Text, nullable=False),
+    Column("queued_ns", BigInteger, nullable=False),
+    Column("updated_at", String(), nullable=False),
+    Index("ix_reports_state", "state", "queued_ns"),
+)
+
 
 def default_url() -> str:
     """``$HARNESS_RESULTS_URL``, or a SQLite file in the harness cache."""
@@ -183,7 +245,7 @@ def _sqlite_engine(url: URL) -> Engine:
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
         # WAL: readers never block the writer nor it them; one writer at a time waits.
-        cursor.execute("PRAGMA journal_mode = WAL")
+        _use_wal(cursor)
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.close()
 
@@ -194,6 +256,24 @@ def _sqlite_engine(url: URL) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine
+
+
+def _use_wal(cursor: Any) -> None:
+    """``PRAGMA journal_mode = WAL``, waiting out other connections that hold the file.
+
+    Switching needs the database to itself and, unlike other statements, fails at once
+    with "database is locked" instead of waiting on the busy timeout: separate
+    processes opening a new store together would otherwise fail now and then.
+    """
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _postgres_engine(url: URL) -> Engine:
@@ -243,7 +323,10 @@ def open_store(url: str | None = None) -> ResultsStore:
 
 
 def _create_schema(engine: Engine, shown: str) -> None:
-    """Create missing tables, serialised so concurrent first opens do not collide."""
+    """Create or migrate the tables, serialised so concurrent first opens do not collide.
+
+    One transaction: a migration that fails leaves the store at its old version.
+    """
     with engine.connect() as conn:
         conn.execution_options(**{_WRITE: True})
         with conn.begin():
@@ -251,15 +334,31 @@ def _create_schema(engine: Engine, shown: str) -> None:
                 # CREATE TABLE IF NOT EXISTS still races in PostgreSQL (pg_type names).
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"),
                              {"key": _PG_SCHEMA_LOCK})
-            metadata.create_all(conn, checkfirst=True)
+            schema_version.create(conn, checkfirst=True)
             found = conn.execute(select(func.max(schema_version.c.version))).scalar()
-            if found is None:
-                conn.execute(schema_version.insert().values(version=STORE_SCHEMA_VERSION))
-            elif found > STORE_SCHEMA_VERSION:
+            if found is not None and found > STORE_SCHEMA_VERSION:
                 raise ResultsStoreError(
                     f"the results store at {shown} has schema {found}, newer than this "
                     f"harness's {STORE_SCHEMA_VERSION}; upgrade the harness or point "
                     "HARNESS_RESULTS_URL at another store")
+            if found is not None and found < STORE_SCHEMA_VERSION:
+                for step in range(found, STORE_SCHEMA_VERSION):
+                    _MIGRATIONS[step](conn)
+                    log.info("results store at %s: migrated schema %d to %d",
+                             shown, step, step + 1)
+            metadata.create_all(conn, checkfirst=True)
+            if found != STORE_SCHEMA_VERSION:
+                conn.execute(delete(schema_version))
+                conn.execute(schema_version.insert().values(version=STORE_SCHEMA_VERSION))
+
+
+def _add_reports(conn: Connection) -> None:
+    """1 -> 2: the reports table, empty (the service decides which runs need one)."""
+    reports.create(conn, checkfirst=True)
+
+
+#: Step n brings a store at schema n to n + 1, inside _create_schema's transaction.
+_MIGRATIONS = {1: _add_reports}
 
 
 class ResultsStore:
@@ -295,12 +394,18 @@ class ResultsStore:
 
     # -- writing --------------------------------------------------------------
 
-    def add_run(self, run: RunRecord) -> bool:
+    def add_run(self, run: RunRecord, *, report: ReportState | None = None) -> bool:
         """Store ``run``; True when stored now, False when its run_id was already there.
 
-        Everything for one run goes in one transaction, so a run is there whole or
-        not at all, and concurrent adds of the same run store it exactly once.
+        Everything for one run goes in one transaction, with ``report`` when given (a
+        run is stored with its pending report state or not at all), so a run is there
+        whole or not at all, and concurrent adds of the same run store it exactly once.
+        A run already there keeps its own report state.
+
+        Raises :class:`RunRecordError` (before touching the database) for a run the
+        ``run.json`` schema refuses, so both backends keep the same runs.
         """
+        check_run(run)
         try:
             with self._errors(f"adding run {run.run_id}"), self._engine.connect() as conn:
                 conn.execution_options(**{_WRITE: True})
@@ -313,6 +418,8 @@ class ResultsStore:
                     if run.figures:
                         conn.execute(figures.insert(), [
                             _figure_row(run, i, f) for i, f in enumerate(run.figures)])
+                    if report is not None:
+                        conn.execute(reports.insert().values(_report_row(run.run_id, report)))
         except ResultsStoreError as exc:
             # Another writer got there first: the unique run_id said no, and this
             # transaction left nothing behind. Any other integrity failure is real.
@@ -321,7 +428,57 @@ class ResultsStore:
             raise
         return True
 
+    def set_report_state(self, run_id: str, state: ReportState) -> None:
+        """Record ``state`` as the report state of the stored run ``run_id`` (insert or update)."""
+        row = _report_row(run_id, state)
+        changes = {k: v for k, v in row.items() if k != "run_id"}
+        dialect = postgresql if self._engine.dialect.name == "postgresql" else sqlite
+        # INSERT .. ON CONFLICT DO UPDATE (both backends spell it so): one statement, so
+        # two writers racing on a new row cannot both try the insert.
+        upsert = dialect.insert(reports).values(row)
+        upsert = upsert.on_conflict_do_update(index_elements=[reports.c.run_id], set_=changes)
+        try:
+            with self._errors(f"setting the report state of run {run_id}"), \
+                    self._engine.connect() as conn:
+                conn.execution_options(**{_WRITE: True})
+                with conn.begin():
+                    conn.execute(upsert)
+        except ResultsStoreError as exc:
+            # The only constraint an upsert can break is the run's foreign key.
+            if isinstance(exc.__cause__, IntegrityError) and not self._has_run(run_id):
+                raise ResultsStoreError(
+                    f"no run {run_id!r} in the results store at {self.url_for_display}; "
+                    "store the run (add_run) before its report state") from exc
+            raise
+
     # -- reading --------------------------------------------------------------
+
+    def report_states(self, run_ids: Sequence[str]) -> dict[str, ReportState]:
+        """The report state of each of ``run_ids`` that has one (others are left out)."""
+        if not run_ids:
+            return {}
+        query = select(reports).where(reports.c.run_id.in_(list(dict.fromkeys(run_ids))))
+        with self._errors("reading report states"), self._engine.connect() as conn:
+            return {row["run_id"]: _report_state(row)
+                    for row in conn.execute(query).mappings()}
+
+    def runs_awaiting_report(self) -> list[str]:
+        """Ids of runs whose report is pending, oldest queued first (then order of storing)."""
+        query = (select(reports.c.run_id)
+                 .join(runs, runs.c.run_id == reports.c.run_id)
+                 .where(reports.c.state == "pending")
+                 .order_by(reports.c.queued_ns, runs.c.seq))
+        with self._errors("listing runs awaiting a report"), self._engine.connect() as conn:
+            return [str(r) for r in conn.execute(query).scalars()]
+
+    def runs_without_report(self) -> list[str]:
+        """Ids of stored runs with no report state at all, in order of storing."""
+        query = (select(runs.c.run_id)
+                 .outerjoin(reports, reports.c.run_id == runs.c.run_id)
+                 .where(reports.c.run_id.is_(None))
+                 .order_by(runs.c.seq))
+        with self._errors("listing runs without a report"), self._engine.connect() as conn:
+            return [str(r) for r in conn.execute(query).scalars()]
 
     def _has_run(self, run_id: str) -> bool:
         with self._errors(f"looking up run {run_id}"), self._engine.connect() as conn:
@@ -356,15 +513,22 @@ class ResultsStore:
                         f"no run {before_run!r} in the results store at "
                         f"{self.url_for_display}; `harness compare` lists the stored runs "
                         "when given an unknown one")
-                started, seq = pivot
-                query = query.where(or_(runs.c.started_at < started,
-                                        and_(runs.c.started_at == started,
-                                             runs.c.seq < seq)))
+                query = query.where(_older_than(*pivot))
             query = query.order_by(runs.c.started_at.desc(), runs.c.seq.desc())
-            if limit is not None:
-                query = query.limit(limit)
-            rows = conn.execute(query).mappings().all()
-            return _load(conn, rows)
+            if limit is None:
+                return _load(conn, conn.execute(query).mappings().all())
+            # A run _load leaves out (it fails the schema) must not shorten the page, or
+            # make latest_run say there is none: read on past it until the page is full.
+            found: list[RunRecord] = []
+            page = query
+            while len(found) < limit:
+                wanted = limit - len(found)
+                rows = conn.execute(page.limit(wanted)).mappings().all()
+                found += _load(conn, rows)
+                if len(rows) < wanted:
+                    break
+                page = query.where(_older_than(rows[-1]["started_at"], rows[-1]["seq"]))
+            return found
 
     def latest_run(self, *, branch: str | None = None,
                    hardware: str | None = None) -> RunRecord | None:
@@ -383,6 +547,12 @@ class ResultsStore:
 
 
 # -- rows <-> records ----------------------------------------------------------
+
+def _older_than(started_at: str, seq: int) -> ColumnElement[bool]:
+    """Runs after the run (``started_at``, ``seq``) in list_runs' newest-first order."""
+    return or_(runs.c.started_at < started_at,
+               and_(runs.c.started_at == started_at, runs.c.seq < seq))
+
 
 def _dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
@@ -411,30 +581,59 @@ def _figure_row(run: RunRecord, position: int, figure: Figure) -> dict[str, Any]
             **asdict(figure.key)}
 
 
+def _report_row(run_id: str, state: ReportState) -> dict[str, Any]:
+    # PostgreSQL's text cannot hold NUL and SQLite's can: the report's words (often a
+    # tool's output) are kept readable on both rather than failing on one.
+    message = None if state.message is None else _no_nul(state.message)
+    return {"run_id": run_id, "state": state.state, "message": message,
+            "problems": _dumps(list(state.problems)), "queued_ns": state.queued_ns,
+            "updated_at": _no_nul(state.updated_at)}
+
+
+def _no_nul(text: str) -> str:
+    return text.replace("\x00", "\ufffd")
+
+
+def _report_state(row: Any) -> ReportState:
+    return ReportState(state=row["state"], message=row["message"],
+                       problems=tuple(str(p) for p in json.loads(row["problems"])),
+                       queued_ns=int(row["queued_ns"]), updated_at=row["updated_at"])
+
+
 def _load(conn: Connection, rows: Sequence[Any]) -> list[RunRecord]:
-    """Records for ``rows`` of ``runs``, in their order, with outcomes and figures."""
+    """Records for ``rows`` of ``runs``, in their order, with outcomes and figures.
+
+    Each is rebuilt through the run.json schema. One that fails it (a NaN stored before
+    add_run checked runs) is left out with a warning, so it cannot take listing down.
+    """
     if not rows:
         return []
     ids = [row["run_id"] for row in rows]
-    found_outcomes: dict[str, list[TestOutcome]] = {i: [] for i in ids}
+    found_outcomes: dict[str, list[dict[str, Any]]] = {i: [] for i in ids}
     for o in conn.execute(select(outcomes).where(outcomes.c.run_id.in_(ids))
                           .order_by(outcomes.c.run_id, outcomes.c.position)).mappings():
-        found_outcomes[o["run_id"]].append(TestOutcome(
-            test_id=o["test_id"], outcome=o["outcome"], duration_s=float(o["duration_s"]),
-            message=o["message"]))
-    found_figures: dict[str, list[Figure]] = {i: [] for i in ids}
+        found_outcomes[o["run_id"]].append({
+            "test_id": o["test_id"], "outcome": o["outcome"],
+            "duration_s": o["duration_s"], "message": o["message"]})
+    found_figures: dict[str, list[dict[str, Any]]] = {i: [] for i in ids}
     for f in conn.execute(select(figures).where(figures.c.run_id.in_(ids))
                           .order_by(figures.c.run_id, figures.c.position)).mappings():
-        key = FigureKey(**{name: f[name] for name in _KEY_FIELDS})
-        found_figures[f["run_id"]].append(Figure(
-            test_id=f["test_id"], key=key, metric=f["metric"], value=float(f["value"])))
-    return [RunRecord(
-        run_id=row["run_id"], branch=row["branch"], commit=row["commit"],
-        started_at=row["started_at"], finished_at=row["finished_at"],
-        hardware=Hardware(**json.loads(row["hardware"])),
-        build=BuildRef(**json.loads(row["build"])),
-        harness_version=row["harness_version"],
-        outcomes=tuple(found_outcomes[row["run_id"]]),
-        figures=tuple(found_figures[row["run_id"]]),
-        labels=dict(json.loads(row["labels"])),
-    ) for row in rows]
+        found_figures[f["run_id"]].append({
+            "test_id": f["test_id"], "key": {name: f[name] for name in _KEY_FIELDS},
+            "metric": f["metric"], "value": f["value"]})
+    loaded: list[RunRecord] = []
+    for row in rows:
+        run_id = row["run_id"]
+        try:
+            loaded.append(run_from_json({
+                "run_id": run_id, "branch": row["branch"], "commit": row["commit"],
+                "started_at": row["started_at"], "finished_at": row["finished_at"],
+                "hardware": json.loads(row["hardware"]), "build": json.loads(row["build"]),
+                "harness_version": row["harness_version"],
+                "outcomes": found_outcomes[run_id], "figures": found_figures[run_id],
+                "labels": json.loads(row["labels"]),
+            }, source=f"stored run {run_id!r}"))
+        except ValueError as exc:  # RunRecordError, or JSON text that does not parse
+            log.warning("results store: skipping run %r, which no longer reads as a run "
+                        "record: %s", run_id, exc)
+    return loaded

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -10,19 +9,23 @@ import click
 
 from harness.errors import HarnessError
 from harness.results.model import RunRecord
+from harness.results.run_schema import MAX_DOCUMENT_BYTES, parse_run_json
 from harness.results.store import open_store
 
 
 def read_run_json(path: Path) -> RunRecord:
-    """Parse a ``run.json``; a broken one is a HarnessError naming the file."""
+    """Parse a ``run.json`` against the run schema; a refusal names the file and the field.
+
+    Raises HarnessError: RunRecordError (with ``field``) for a broken record, a plain
+    HarnessError for a file that cannot be read.
+    """
     try:
-        return RunRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
+        with path.open("rb") as handle:
+            # One byte past the limit is enough for parse_run_json to refuse the size.
+            data = handle.read(MAX_DOCUMENT_BYTES + 1)
     except OSError as exc:
         raise HarnessError(f"cannot read the run record {path}: {exc.strerror}") from exc
-    except (ValueError, KeyError, TypeError) as exc:
-        raise HarnessError(f"{path} is not a harness run record ({type(exc).__name__}: "
-                           f"{exc}); it is written by a suite run with "
-                           "--harness-run-record") from exc
+    return parse_run_json(data, source=str(path))
 
 
 def store_run(path: Path, results_url: str | None) -> tuple[RunRecord, bool, str]:
