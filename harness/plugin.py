@@ -45,6 +45,7 @@ from harness.probes.gpu_health import runner_gpu_health
 from harness.recording.flakes_plugin import KnownFlakesPlugin
 from harness.recording.pytest_plugin import RecordingPlugin
 from harness.repro.properties import parse_gpu_spec
+from harness.required import RequireSettingError, required_resources, skip_unless_present
 from harness.runners.container_runner import (
     SESSION_ID,
     ContainerRunner,
@@ -157,6 +158,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """A run that demands a GPU backend or containers fails here when it has none."""
+    try:
+        required_resources()
+    except RequireSettingError as exc:
+        pytest.exit(str(exc), returncode=pytest.ExitCode.USAGE_ERROR)
     if session.config.getoption("harness_runner") == "container":
         missing = _docker_missing(session.config)
         if missing:
@@ -183,9 +188,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("docker") is not None:
-        missing = _docker_missing(item.config)
-        if missing:
-            pytest.skip(missing)
+        skip_unless_present("docker", _docker_missing(item.config))
     for marker in item.iter_markers("gpu"):
         backend = Backend(marker.args[0])
         missing = _gpu_missing(item.config, backend)

@@ -26,6 +26,7 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
+from harness.required import skip_unless_present
 from harness.results.model import BuildRef, Figure, FigureKey, Hardware, RunRecord, TestOutcome
 from harness.results.store import ResultsStore, open_store
 
@@ -102,10 +103,11 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield f"sqlite:///{tmp_path / 'results.sqlite'}"
         return
     base = os.environ.get(POSTGRES_ENV)
-    if not base:
-        pytest.skip(f"{POSTGRES_ENV} is unset: set it to a PostgreSQL URL whose role may "
-                    "create databases, e.g. postgresql://USER:PASSWORD@127.0.0.1:5432/postgres "
-                    "(.ci/run starts Debian's PostgreSQL and sets it)")
+    skip_unless_present("postgres", None if base else (
+        f"{POSTGRES_ENV} is unset: set it to a PostgreSQL URL whose role may create "
+        "databases, e.g. postgresql://USER:PASSWORD@127.0.0.1:5432/postgres (.ci/run starts "
+        "Debian's PostgreSQL and sets it)"))
+    assert base is not None
     yield from _postgres_database(base)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -25,9 +24,9 @@ from test_report_browser import _shown_suites, keep_screenshot, trend_of
 from harness.probes.hardware import detect_hardware
 from harness.results.store import open_store
 
-pytestmark = [pytest.mark.server, pytest.mark.skipif(
-    shutil.which("chromium") is None,
-    reason="needs the system Chromium: `apt-get install chromium` (CI installs it)")]
+pytestmark = pytest.mark.server
+# Chromium is required as in the report's own browser test (an autouse fixture there).
+_needs_chromium = report_browser._needs_chromium
 # The browser and loopback-server fixtures of the report's own browser test.
 browser = report_browser.browser
 serve = report_browser.serve

@@ -23,20 +23,32 @@ from pathlib import Path
 from typing import Any
 
 import allure
+import httpx
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
+from results_fixtures import make_run
 from test_report import run_tiny_suite
 
 from harness.report.allure import GROUP_BY, generate_report
+from harness.required import skip_unless_present
+from harness.service.app import create_app
+from harness.service.background import serve_in_thread
+from harness.service.bundle import make_bundle
+from harness.service.reports import allure_generator
+from harness.service.settings import ServiceSettings
 
 CHROMIUM = shutil.which("chromium")
 #: allure-pytest ships no type hints; the one call goes through this untyped name.
 _attach_file: Any = allure.attach.file
 DATE = re.compile(r"^\d{1,2}/\d{1,2}/\d{4}$")
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="needs the system Chromium: `apt-get install chromium` (CI "
-    "installs it)")
+NO_CHROMIUM = ("needs the system Chromium: `apt-get install chromium` (CI installs it)"
+               if CHROMIUM is None else None)
+
+
+@pytest.fixture(autouse=True)
+def _needs_chromium() -> None:
+    skip_unless_present("chromium", NO_CHROMIUM)
 
 
 #: The labels the report's tree is grouped by (harness.report.allure.GROUP_BY).
@@ -179,3 +191,57 @@ def test_single_file_report_opens_from_disk(tmp_path: Path, browser: Browser) ->
     page.goto(report.index_html.as_uri())
     assert _shown_suites(page) == suites
     assert _shown_counts(page) == {"total": sum(statuses.values()), **statuses}
+
+
+def _attach_html(results: Path) -> str:
+    """Give one result of ``results`` an HTML attachment with a script in it."""
+    result_file = sorted(results.glob("*-result.json"))[0]
+    result = json.loads(result_file.read_text())
+    source = "hostile-attachment.html"
+    (results / source).write_text("<script>window.parent.pwned = true</script><p>hi</p>")
+    result.setdefault("attachments", []).append(
+        {"name": "hostile page", "source": source, "type": "text/html"})
+    result_file.write_text(json.dumps(result))
+    return source
+
+
+def test_the_report_works_in_chromium_when_served_by_the_service(
+        tmp_path: Path, browser: Browser) -> None:
+    """The service's headers (nosniff; sandbox and download for attachments) keep the
+    report's app working: it renders, and it can still fetch its attachments."""
+    results = run_tiny_suite(tmp_path / "suite", tmp_path / "allure-results")
+    _attach_html(results)
+    suites, statuses = _truth(results)
+    run_json = tmp_path / "run.json"
+    run_json.write_text(json.dumps(make_run("browser-1").to_json()))
+    bundle = make_bundle(run_json, results, tmp_path / "bundle.tar.gz")
+    data = tmp_path / "data"
+    app = create_app(ServiceSettings(data_dir=data, token="t" * 32,
+                                     results_url=f"sqlite:///{tmp_path / 'r.sqlite'}",
+                                     report_generator=allure_generator))
+    with serve_in_thread(app) as url:
+        answer = httpx.post(f"{url}/api/runs", content=bundle.read_bytes(), timeout=60,
+                            headers={"Authorization": f"Bearer {'t' * 32}",
+                                     "Content-Type": "application/gzip"})
+        assert answer.status_code == 201, answer.text
+        assert app.state.service.reports.wait_idle(180)
+        state = httpx.get(f"{url}/api/runs/browser-1").json()["report"]
+        assert state["state"] == "ready", state
+        attachments = sorted((data / "runs" / "browser-1" / "report" / "data"
+                              / "attachments").glob("*.html"))
+        assert attachments, "Allure copied the HTML attachment into the report"
+        served = httpx.get(f"{url}/runs/browser-1/report/data/attachments/"
+                           f"{attachments[0].name}")
+        assert served.headers["content-security-policy"] == "sandbox"
+        assert served.headers["content-disposition"] == "attachment"
+
+        page = browser.new_page(viewport={"width": 1400, "height": 1000}, locale="en-US")
+        page.goto(f"{url}/runs/browser-1/report/")
+        assert _shown_suites(page) == suites
+        assert _shown_counts(page) == {"total": sum(statuses.values()), **statuses}
+        fetched = page.evaluate(
+            "name => fetch('data/attachments/' + name).then(r => r.text())",
+            attachments[0].name)
+        assert "<p>hi</p>" in fetched
+        assert page.evaluate("() => window.pwned === undefined")
+        keep_screenshot(page, tmp_path / "service-report.png", "report served by the service")

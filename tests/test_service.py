@@ -31,13 +31,14 @@ from results_fixtures import (  # noqa: F401 - store_url is a fixture
 )
 
 from harness.paths import REPO_ROOT
+from harness.required import skip_unless_present
 from harness.results.model import RunRecord
 from harness.results.store import ResultsStore, ResultsStoreError, open_store
 from harness.service.app import create_app
 from harness.service.background import serve_in_thread
 from harness.service.bundle import make_bundle
 from harness.service.layout import Layout
-from harness.service.reports import ReportJob, ReportWorker
+from harness.service.reports import ReportWorker, pending_state, read_state
 from harness.service.settings import ServiceSettings
 
 TOKEN = "test-token-" + "x" * 20
@@ -394,7 +395,8 @@ def test_healthz_and_reads_say_503_when_the_store_is_down(start_service: Service
         assert "down" in runs.json()["error"]
 
 
-def test_pending_reports_are_made_after_a_restart(tmp_path: Path) -> None:
+def test_pending_reports_are_made_after_a_restart(tmp_path: Path,
+                                                  store_url: str) -> None:  # noqa: F811
     layout = Layout(tmp_path / "data")
     layout.create()
     run = make_run("left-pending")
@@ -402,18 +404,39 @@ def test_pending_reports_are_made_after_a_restart(tmp_path: Path) -> None:
     (layout.run_dir(run.run_id) / "run.json").write_text(json.dumps(run.to_json()))
     write_allure_results(layout.results_dir(run.run_id), [("test_a", "passed")])
     generator = RecordingGenerator()
-    first = ReportWorker(layout, generator)
-    first.stop()  # never started: the job stays pending, as when a service is stopped
-    first.submit(ReportJob.for_run(layout, run))
+    with open_store(store_url) as store:
+        # What ingest leaves when the service stops before the worker gets to the run.
+        store.add_run(run, report=pending_state())
+        assert read_state(store, run.run_id)["state"] == "pending"
+        worker = ReportWorker(layout, store, generator)
+        worker.start()
+        try:
+            assert worker.wait_idle(30)
+        finally:
+            worker.stop()
+        assert [call[0] for call in generator.calls] == ["left-pending"]
+        assert read_state(store, run.run_id) == {"state": "ready", "message": None,
+                                                 "problems": [],
+                                                 "url": "/runs/left-pending/report/"}
 
-    second = ReportWorker(layout, generator)
-    second.start()
-    try:
-        assert second.wait_idle(30)
-    finally:
-        second.stop()
-    assert [call[0] for call in generator.calls] == ["left-pending"]
-    assert json.loads(layout.report_state_file("left-pending").read_text())["state"] == "ready"
+
+def test_an_upload_brings_the_files_of_a_run_stored_without_them(service: Service,
+                                                                 tmp_path: Path) -> None:
+    run = make_run("stored-by-cli")
+    with open_store(service.store_url) as store:
+        store.add_run(run)  # as `harness store` does: a row, no files, no report
+    with service.client() as client:
+        assert client.get("/api/runs/stored-by-cli").json()["report"]["state"] == "none"
+    answer = service.upload(tmp_path, run)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["created"] is False
+    assert answer.json()["report"]["state"] in {"pending", "ready"}
+    service.wait_reports()
+    assert [call[0] for call in service.generator.calls] == ["stored-by-cli"]
+    assert (service.data_dir / "runs" / "stored-by-cli" / "report" / "index.html").is_file()
+    with service.client() as client:
+        assert client.get("/api/runs/stored-by-cli").json()["report"]["state"] == "ready"
+    assert list((service.data_dir / "tmp").iterdir()) == []
 
 
 def _allure_available() -> str | None:
@@ -427,9 +450,7 @@ def _allure_available() -> str | None:
 
 
 def test_real_allure_report_is_made_and_served(tmp_path: Path) -> None:
-    missing = _allure_available()
-    if missing:
-        pytest.skip(missing)
+    skip_unless_present("allure", _allure_available())
     from harness.service.reports import allure_generator  # noqa: PLC0415
 
     app = create_app(ServiceSettings(data_dir=tmp_path / "data", token=TOKEN,

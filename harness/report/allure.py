@@ -9,17 +9,26 @@ inline everything into one ``index.html`` that opens from ``file://``.
 Allure reads a staged copy of the results (``staging.py``), so one corrupt file costs
 only itself, and writes into a fresh folder that replaces the old report only once the
 new one is whole.
+
+The CLI runs in its own process group and, on Linux, dies with the thread that started
+it (``PR_SET_PDEATHSIG``): a ``kill -9`` of the caller leaves no ``node`` behind.
+``temp_root`` keeps the staged copy and config inside a folder the caller owns and
+sweeps (the results service passes its data directory's), rather than the system temp.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,16 +127,23 @@ def report_config(output_dir: Path, *, report_name: str, single_file: bool,
 def generate_report(results_dir: Path, output_dir: Path, *, history_path: Path | None = None,
                     single_file: bool = False, report_name: str = DEFAULT_REPORT_NAME,
                     repo_root: Path = REPO_ROOT,
-                    timeout_s: float = DEFAULT_TIMEOUT_S) -> ReportResult:
-    """Render ``results_dir`` into ``output_dir`` (replaced); see the module docstring."""
+                    timeout_s: float = DEFAULT_TIMEOUT_S,
+                    temp_root: Path | None = None) -> ReportResult:
+    """Render ``results_dir`` into ``output_dir`` (replaced); see the module docstring.
+
+    ``temp_root``: where the temporary folder goes (created if missing); None is the
+    system temp.
+    """
     results_dir = results_dir.resolve()
     output_dir = output_dir.resolve()
     _check_results_dir(results_dir)
     _check_replaceable(output_dir)
     command = allure_command(repo_root)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
+    if temp_root is not None:
+        temp_root.mkdir(parents=True, exist_ok=True)
     problems: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="harness-report-") as temp:
+    with tempfile.TemporaryDirectory(prefix="harness-report-", dir=temp_root) as temp:
         staged = stage_results(results_dir, Path(temp) / "allure-results")
         problems += staged.problems
         if staged.results == 0:
@@ -214,20 +230,77 @@ def _run_allure(argv: list[str], timeout_s: float) -> str:
     """Run the CLI; its stdout and stderr together, or ReportError when it fails."""
     env = {**os.environ, "NO_COLOR": "1", "FORCE_COLOR": "0"}
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, errors="replace",
-                              timeout=timeout_s, env=env, check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise ReportError(f"Allure did not finish within {timeout_s:g}s: "
-                          f"`{' '.join(argv)}`") from exc
+        # A session of its own: the whole group (node and anything it starts) can be
+        # killed at once, and a terminal's Ctrl-C reaches it only through this process.
+        # preexec_fn is unsafe with threads when it takes a lock another thread held at
+        # the fork; this one takes none (see _die_with_parent).
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, errors="replace", env=env,
+                                start_new_session=True,
+                                preexec_fn=_die_with_parent())  # noqa: PLW1509
     except OSError as exc:
         raise ToolMissingError(f"could not run {argv[0]} ({exc}); run `bash scripts/setup.sh`"
                                ) from exc
-    output = proc.stdout + proc.stderr
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        _kill_group(proc)
+        raise ReportError(f"Allure did not finish within {timeout_s:g}s: "
+                          f"`{' '.join(argv)}`") from exc
+    except BaseException:
+        # Interrupted (Ctrl-C, a stopping worker): the CLI must not outlive the wait.
+        _kill_group(proc)
+        raise
+    output = stdout + stderr
     if proc.returncode != 0:
         raise ReportError(f"Allure failed with exit code {proc.returncode}: "
                           f"`{' '.join(argv)}`\n--- last lines of its output ---\n"
                           f"{_tail(output)}{_error_log(output)}")
     return output
+
+
+#: prctl(2) option and the signal it sends (linux/prctl.h, signal.h).
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn asking Linux to SIGKILL the child when its parent thread dies.
+
+    The kernel sends the signal when the *thread* that forked the child exits, not the
+    whole process: right for the service's long-lived report worker and for the CLI's
+    main thread, wrong for a short-lived thread (its child would die with it). The
+    setting survives the exec into node. Everything is looked up before the fork, so the
+    child makes a few system calls and takes no lock. None off Linux (no prctl): there
+    the process group kill on timeout is all there is.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                      ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    parent = os.getpid()
+    kill = int(signal.SIGKILL)
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, kill, 0, 0, 0)
+        # The parent may have died between fork and prctl; then no signal would come.
+        if os.getppid() != parent:
+            os.kill(os.getpid(), kill)
+
+    return preexec
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL the child's process group (it leads one), then reap the child."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, AttributeError):
+        proc.kill()
+    proc.communicate()
 
 
 #: Allure prints only this for an unexpected error and writes the error to a log file.

@@ -21,6 +21,13 @@ Endpoints (JSON unless said otherwise; errors are ``{"error": "<what and the fix
   made, 404 when it failed or there is none).
 - ``GET /healthz``: 200 once the store answers, 503 otherwise.
 
+Every route: 400 for a query parameter or path that is refused (the message names it;
+:mod:`harness.service.params`), 408 when the client stops sending mid-request
+(:mod:`harness.service.idle`), and 500 with only a request id when something
+unexpected failed (:mod:`harness.service.guard`; the traceback is in the log).
+``ROUTE_STATUSES`` below is the table of what each route answers, which the route
+fuzz test holds the service to.
+
 Decision: only uploads need the token. Reads are open, because what the service holds
 (test outcomes, figures, reports) is what CI logs already show, and links to reports
 and comparisons must open from a pull request without credentials. Put the service
@@ -42,6 +49,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import (
     FileResponse,
@@ -54,18 +62,38 @@ from starlette.routing import Route
 
 from harness.errors import ConfigError, HarnessError
 from harness.results.compare import HardwareMismatchError, NoiseRule, compare, select_baseline
+from harness.results.run_schema import RunRecordError
 from harness.results.store import ResultsStore, ResultsStoreError, open_store
 from harness.service import summaries
 from harness.service.bundle import BundleRejectedError, BundleTooLargeError
+from harness.service.guard import RequestGuard
 from harness.service.ingest import Ingested, Ingestor
 from harness.service.layout import Layout, is_valid_run_id
-from harness.service.reports import ReportJob, ReportWorker, read_state
+from harness.service.params import BadRequest, Choice, Count, Ratio, Text, report_path, shown
+from harness.service.report_files import report_file_headers
+from harness.service.reports import ReportJob, ReportWorker, read_state, read_states
 from harness.service.results import find_results, read_environment
 from harness.service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
 
 GZIP_TYPES = frozenset({"application/gzip", "application/x-gzip"})
+
+#: What each route answers, by (method, path as routed). 5xx is never listed: it means
+#: the service itself is broken (503: its store is down). 408 comes from the idle timer
+#: (harness.service.idle) on any route. The route fuzz test holds every answer to this
+#: table and fails for a route of the app that is missing from it.
+ROUTE_STATUSES: dict[tuple[str, str], frozenset[int]] = {
+    ("POST", "/api/runs"): frozenset({200, 201, 400, 401, 413, 415, 422}),
+    ("GET", "/api/runs"): frozenset({200, 400}),
+    ("GET", "/api/runs/{run_id}"): frozenset({200, 404}),
+    ("GET", "/api/runs/{run_id}/results"): frozenset({200, 400, 404}),
+    ("GET", "/api/compare"): frozenset({200, 400, 404, 409}),
+    ("GET", "/api/history"): frozenset({200, 400}),
+    ("GET", "/runs/{run_id}/report"): frozenset({307, 404}),
+    ("GET", "/runs/{run_id}/report/{path:path}"): frozenset({200, 202, 400, 404}),
+    ("GET", "/healthz"): frozenset({200}),
+}
 DEFAULT_LIST_LIMIT = 50
 MAX_LIST_LIMIT = 1000
 
@@ -86,7 +114,7 @@ class _Service:
         self.settings = settings
         self.layout = Layout(settings.data_dir)
         self.store = store
-        self.reports = ReportWorker(self.layout, settings.report_generator)
+        self.reports = ReportWorker(self.layout, store, settings.report_generator)
         self.ingestor = Ingestor(self.layout, store,
                                  max_unpacked_bytes=settings.max_unpacked_bytes,
                                  max_members=settings.max_members)
@@ -118,8 +146,8 @@ class _Service:
         limit = self.settings.max_upload_bytes
         declared = request.headers.get("content-length")
         if declared is not None:
-            if not declared.isdigit():
-                return _error(400, f"Content-Length {declared!r} is not a number")
+            if not declared.isascii() or not declared.isdigit() or len(declared) > 20:
+                return _error(400, f"Content-Length {shown(declared)} is not a number")
             if int(declared) > limit:
                 return self._too_large(int(declared))
         upload = self.layout.tmp_dir / f"upload-{uuid.uuid4().hex}.tar.gz"
@@ -158,33 +186,32 @@ class _Service:
             done = self.ingestor.ingest(upload)
         except BundleTooLargeError as exc:
             return _error(413, str(exc))
-        except BundleRejectedError as exc:
+        except (BundleRejectedError, RunRecordError) as exc:
             return _error(422, f"bundle refused: {exc}")
         except ResultsStoreError as exc:
             return _error(503, str(exc))
         if done.files_placed:
-            self.reports.submit(ReportJob.for_run(self.layout, done.run))
+            self.reports.submit(ReportJob.for_run(self.layout, done.run,
+                                                  queued_ns=done.queued_ns))
         return self._upload_answer(done)
 
     def _upload_answer(self, done: Ingested) -> Response:
         run_id = done.run.run_id
         body = {"run_id": run_id, "created": done.created, "url": f"/api/runs/{run_id}",
-                "report": read_state(self.layout, run_id)}
+                "report": read_state(self.store, run_id)}
         return JSONResponse(body, status_code=201 if done.created else 200)
 
     # -- reading ----------------------------------------------------------------
 
     async def list_runs(self, request: Request) -> Response:
         params = request.query_params
-        limit = _limit(params.get("limit"))
-        if isinstance(limit, Response):
-            return limit
+        branch, hardware = _BRANCH.read(params), _HARDWARE.read(params)
+        limit = _LIST_LIMIT.read(params)
 
         def read() -> list[dict[str, Any]]:
-            runs = self.store.list_runs(branch=params.get("branch"),
-                                        hardware=params.get("hardware"), limit=limit)
-            return [summaries.run_summary(run, read_state(self.layout, run.run_id))
-                    for run in runs]
+            runs = self.store.list_runs(branch=branch, hardware=hardware, limit=limit)
+            reports = read_states(self.store, [run.run_id for run in runs])
+            return [summaries.run_summary(run, reports[run.run_id]) for run in runs]
 
         return JSONResponse({"runs": await run_in_threadpool(read)})
 
@@ -195,13 +222,14 @@ class _Service:
             run = self.store.get_run(run_id) if is_valid_run_id(run_id) else None
             if run is None:
                 return _run_not_found(run_id)
-            return JSONResponse(summaries.run_detail(run, read_state(self.layout, run_id)))
+            return JSONResponse(summaries.run_detail(run, read_state(self.store, run_id)))
 
         return await run_in_threadpool(read)
 
     async def get_results(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
-        test, result_id = request.query_params.get("test"), request.query_params.get("result")
+        test = Text("test").read(request.query_params)
+        result_id = Text("result").read(request.query_params)
         if bool(test) == bool(result_id):
             return _error(400, "results need ?test=NODEID (the pytest node id) or ?result=ID "
                           "(a result's uuid, or the id in its report page's address)")
@@ -222,18 +250,17 @@ class _Service:
 
     async def compare(self, request: Request) -> Response:
         params = request.query_params
-        base, head = params.get("base"), params.get("head")
+        base, head = Text("base").read(params), Text("head").read(params)
         if not base or not head:
             return _error(400, "compare needs ?base=SELECTOR&head=RUN_ID (SELECTOR: "
                           "`latest`, a run id or a branch name)")
+        window = _WINDOW.read(params)
         try:
-            window = int(params.get("window", "5"))
-            rule = NoiseRule(threshold=float(params.get("threshold", "0.05")),
-                             z=float(params.get("z", "3")),
-                             min_runs=int(params.get("min_runs", "3")))
-        except (ValueError, ConfigError) as exc:
+            rule = NoiseRule(threshold=_THRESHOLD.read(params), z=_Z.read(params),
+                             min_runs=_MIN_RUNS.read(params))
+        except ConfigError as exc:
             return _error(400, f"bad comparison parameter: {exc}")
-        markdown = params.get("format", "json") == "markdown"
+        markdown = _FORMAT.read(params) == "markdown"
 
         def run() -> Response:
             current = self.store.get_run(head)
@@ -261,30 +288,34 @@ class _Service:
 
     async def history(self, request: Request) -> Response:
         params = request.query_params
-        branch, hardware = params.get("branch"), params.get("hardware")
+        branch, hardware = _BRANCH.read(params), _HARDWARE.read(params)
         if not branch or not hardware:
             return _error(400, "history needs ?branch=NAME&hardware=IDENTITY (the "
                           "hardware.identity of a run, as GET /api/runs shows it)")
-        limit = _limit(params.get("limit"), default=MAX_LIST_LIMIT)
-        if isinstance(limit, Response):
-            return limit
+        limit = _HISTORY_LIMIT.read(params)
 
         def read() -> dict[str, Any]:
             runs = self.store.list_runs(branch=branch, hardware=hardware, limit=limit)
-            reports = {run.run_id: read_state(self.layout, run.run_id) for run in runs}
+            reports = read_states(self.store, [run.run_id for run in runs])
             return summaries.history(branch, hardware, runs, reports)
 
         return JSONResponse(await run_in_threadpool(read))
+
+    async def report_root(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        if not is_valid_run_id(run_id):
+            return _run_not_found(run_id)
+        return RedirectResponse(f"/runs/{run_id}/report/")
 
     async def report(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
         if not is_valid_run_id(run_id):
             return _run_not_found(run_id)
-        rel = request.path_params.get("path", "")
+        rel = report_path(request.path_params.get("path", ""))
         return await run_in_threadpool(self._report_file, run_id, rel)
 
     def _report_file(self, run_id: str, rel: str) -> Response:
-        state = read_state(self.layout, run_id)
+        state = read_state(self.store, run_id)
         if state["state"] == "pending":
             return JSONResponse({"state": "pending", "message": "the report is being made; "
                                  "try again shortly"}, status_code=202,
@@ -300,7 +331,7 @@ class _Service:
             target = target / "index.html"
         if not target.is_file():
             return _error(404, f"{rel!r} is not part of the report of run {run_id!r}")
-        return FileResponse(target)
+        return FileResponse(target, headers=report_file_headers(root, target))
 
     async def healthz(self, request: Request) -> Response:
         try:
@@ -315,21 +346,34 @@ def _bearer(error: str | None = None) -> dict[str, str]:
     return {"WWW-Authenticate": value}
 
 
-def _limit(raw: str | None, default: int = DEFAULT_LIST_LIMIT) -> int | Response:
-    if raw is None:
-        return default
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIST_LIMIT:
-        return _error(400, f"limit {raw!r} must be a whole number from 1 to {MAX_LIST_LIMIT}")
-    return int(raw)
+_BRANCH, _HARDWARE = Text("branch"), Text("hardware")
+_LIST_LIMIT = Count("limit", DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT)
+_HISTORY_LIMIT = Count("limit", MAX_LIST_LIMIT, 1, MAX_LIST_LIMIT)
+#: Bounds wide enough for any real comparison, narrow enough that no value can
+#: overflow a database LIMIT or turn the noise arithmetic into inf.
+_WINDOW = Count("window", 5, 1, MAX_LIST_LIMIT)
+_THRESHOLD = Ratio("threshold", 0.05, 0.0, 10.0)
+_Z = Ratio("z", 3.0, 0.0, 1000.0)
+_MIN_RUNS = Count("min_runs", 3, 2, MAX_LIST_LIMIT)
+_FORMAT = Choice("format", "json", ("json", "markdown"))
 
 
 async def _store_down(request: Request, exc: Exception) -> Response:
     return _error(503, str(exc))
 
 
+async def _bad_request(request: Request, exc: Exception) -> Response:
+    return _error(400, str(exc))
+
+
 def _clear_tmp(layout: Layout) -> None:
-    """Uploads a previous process was in the middle of are gone with it."""
-    for leftover in layout.tmp_dir.iterdir():
+    """Uploads and reports a previous process was in the middle of are gone with it.
+
+    Only this data dir's own folders: tmp/, and the partial report folders older
+    services left beside runs' reports. Processes are not looked for: the report CLI
+    a killed service started died with it (PR_SET_PDEATHSIG).
+    """
+    for leftover in [*layout.tmp_dir.iterdir(), *layout.report_leftovers()]:
         if leftover.is_dir() and not leftover.is_symlink():
             shutil.rmtree(leftover, ignore_errors=True)
         else:
@@ -355,7 +399,8 @@ def create_app(settings: ServiceSettings,
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        service.reports.start()
+        # Store queries (the reports a killed process left unmade): off the event loop.
+        await run_in_threadpool(service.reports.start)
         try:
             yield
         finally:
@@ -370,12 +415,12 @@ def create_app(settings: ServiceSettings,
             Route("/api/runs/{run_id}/results", service.get_results, methods=["GET"]),
             Route("/api/compare", service.compare, methods=["GET"]),
             Route("/api/history", service.history, methods=["GET"]),
-            Route("/runs/{run_id}/report",
-                  lambda request: RedirectResponse(f"{request.url.path}/"), methods=["GET"]),
+            Route("/runs/{run_id}/report", service.report_root, methods=["GET"]),
             Route("/runs/{run_id}/report/{path:path}", service.report, methods=["GET"]),
             Route("/healthz", service.healthz, methods=["GET"]),
         ],
-        exception_handlers={ResultsStoreError: _store_down},
+        exception_handlers={ResultsStoreError: _store_down, BadRequest: _bad_request},
+        middleware=[Middleware(RequestGuard)],
         lifespan=lifespan,
     )
     app.state.service = service

@@ -16,6 +16,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from harness.errors import HarnessError
+from harness.service.server import server_config
 
 STARTUP_TIMEOUT_S = 30.0
 
@@ -29,7 +30,7 @@ def serve_in_thread(app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0,
     sock.bind((host, port))
     bound_port = sock.getsockname()[1]
     # lifespan "on": a failing startup (the store, the report worker) is an error here.
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning"))
+    server = uvicorn.Server(server_config(app, lifespan="on", log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
                               name=f"uvicorn-{bound_port}", daemon=True)
     thread.start()

@@ -6,6 +6,7 @@ from an option, so it does not show in process listings or shell history.
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -17,8 +18,10 @@ from harness.paths import cache_root
 from harness.service.bundle import make_bundle
 from harness.service.settings import (
     DATA_ENV,
+    DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_UNPACKED_BYTES,
     DEFAULT_MAX_UPLOAD_BYTES,
+    IDLE_TIMEOUT_ENV,
     MAX_UPLOAD_ENV,
     TOKEN_ENV,
     ServiceSettings,
@@ -51,8 +54,13 @@ class _StartRefused(click.ClickException):
 @click.option("--max-unpacked-bytes", type=click.IntRange(min=1),
               default=DEFAULT_MAX_UNPACKED_BYTES, show_default=True,
               help="Largest total size of a bundle's files once unpacked.")
+@click.option("--idle-timeout-s", type=click.FloatRange(min=0, max=3600, min_open=True),
+              envvar=IDLE_TIMEOUT_ENV, default=DEFAULT_IDLE_TIMEOUT_S, show_default=True,
+              help="Seconds a client may send nothing while it still owes a request's "
+                   f"headers or body; then it gets a 408 [env {IDLE_TIMEOUT_ENV}].")
 def serve_command(*, host: str, port: int, data_dir: Path | None, results_url: str | None,
-                  max_upload_bytes: int, max_unpacked_bytes: int) -> None:
+                  max_upload_bytes: int, max_unpacked_bytes: int,
+                  idle_timeout_s: float) -> None:
     """Run the results service: receives run bundles, stores runs, serves reports.
 
     Uploads must carry the token in $HARNESS_SERVICE_TOKEN; reading needs none.
@@ -62,6 +70,7 @@ def serve_command(*, host: str, port: int, data_dir: Path | None, results_url: s
     import uvicorn  # noqa: PLC0415
 
     from harness.service.app import create_app  # noqa: PLC0415
+    from harness.service.server import server_config  # noqa: PLC0415
 
     token = os.environ.get(TOKEN_ENV, "")
     if not token.strip():
@@ -72,10 +81,20 @@ def serve_command(*, host: str, port: int, data_dir: Path | None, results_url: s
         app = create_app(ServiceSettings(
             data_dir=data_dir if data_dir is not None else cache_root() / "service",
             token=token, results_url=results_url, max_upload_bytes=max_upload_bytes,
-            max_unpacked_bytes=max_unpacked_bytes))
+            max_unpacked_bytes=max_unpacked_bytes, idle_timeout_s=idle_timeout_s))
     except HarnessError as exc:
         raise _StartRefused(str(exc)) from exc
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    _log_requests()
+    uvicorn.Server(server_config(app, host=host, port=port, log_level="info")).run()
+
+
+def _log_requests() -> None:
+    """The service's own loggers (requests, refusals, reports) print like uvicorn's."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
+    service_log = logging.getLogger("harness.service")
+    service_log.addHandler(handler)
+    service_log.setLevel(logging.INFO)
 
 
 @click.command("upload")

@@ -1,18 +1,26 @@
 """Taking an uploaded bundle from a temp file to a stored run (blocking; run in a thread).
 
-The order is what makes "nothing is written on refusal" and "nothing lost under
-concurrency" hold:
+The order is what makes "nothing is written on refusal", "nothing lost under
+concurrency" and "an acknowledged run gets its report" hold:
 
 1. unpack and check into ``tmp/`` (a refusal removes it; the runs folder is untouched);
-2. under the run id's lock, if the store already has the run, stop: a repeat upload
-   changes nothing;
+2. under the run id's lock, if the store already has the run and its files are here,
+   stop: a repeat upload changes nothing;
 3. rename the unpacked folder to ``runs/<run_id>`` (atomic, one filesystem);
-4. add the run to the store; if that fails the folder is taken back out.
+4. add the run to the store with its report state "pending", in one transaction; if
+   that fails the folder is taken back out. The caller then queues the report.
 
 Files go in before the row so a crash between the two leaves a folder without a row,
 which the next upload of that run replaces; the other order would leave a row whose
-files never arrive. The locks only order uploads inside this process; the store's
-unique run id settles any race beyond it.
+files never arrive. The state rides in the run's transaction so a crash after the
+commit leaves a pending run, which the report worker queues again at start.
+
+A run whose row came another way (`harness store`) but whose files are not here gets
+them from the upload: its state is set pending first, then the files are placed, so a
+crash in between leaves a pending run that the next upload completes.
+
+The locks only order uploads inside this process; the store's unique run id settles
+any race beyond it.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from harness.results.model import RunRecord
 from harness.results.store import ResultsStore
 from harness.service.bundle import safe_extract
 from harness.service.layout import Layout
+from harness.service.reports import pending_state
 
 _LOCK_STRIPES = 64
 
@@ -40,6 +49,8 @@ class Ingested:
     created: bool
     #: This upload put the run's files in place, so its report should be made.
     files_placed: bool
+    #: When the report was queued (``time.time_ns()``; 0 when none was).
+    queued_ns: int = 0
 
 
 class Ingestor:
@@ -54,7 +65,11 @@ class Ingestor:
         self._locks = [threading.Lock() for _ in range(_LOCK_STRIPES)]
 
     def ingest(self, upload: Path) -> Ingested:
-        """Store the bundle in ``upload``; raises BundleRejectedError or ResultsStoreError."""
+        """Store the bundle in ``upload``; raises BundleRejectedError or ResultsStoreError.
+
+        When ``files_placed``, the run's state is "pending" in the store and the caller
+        must queue its report.
+        """
         layout = self._layout
         unpacked = layout.tmp_dir / f"bundle-{uuid.uuid4().hex}"
         bundle = safe_extract(upload, unpacked, max_bytes=self._max_unpacked_bytes,
@@ -63,20 +78,24 @@ class Ingestor:
         try:
             with self._locks[zlib.crc32(run.run_id.encode()) % _LOCK_STRIPES]:
                 final = layout.run_dir(run.run_id)
+                state = pending_state()
                 if self._store.get_run(run.run_id) is not None:
                     if final.is_dir():
                         return Ingested(run, created=False, files_placed=False)
                     # The row came another way (a direct store write): keep the files
                     # this upload brings so the run still gets its report.
+                    self._store.set_report_state(run.run_id, state)
                     self._place(unpacked, final)
-                    return Ingested(run, created=False, files_placed=True)
+                    return Ingested(run, created=False, files_placed=True,
+                                    queued_ns=state.queued_ns)
                 self._place(unpacked, final)
                 try:
-                    created = self._store.add_run(run)
+                    created = self._store.add_run(run, report=state)
                 except BaseException:
                     shutil.rmtree(final, ignore_errors=True)
                     raise
-                return Ingested(run, created=created, files_placed=True)
+                return Ingested(run, created=created, files_placed=True,
+                                queued_ns=state.queued_ns)
         finally:
             shutil.rmtree(unpacked, ignore_errors=True)
 

@@ -1,13 +1,18 @@
 """Where the service keeps things under its data directory, and which names are safe there.
 
     data_dir/
-      tmp/                          uploads and extractions in progress (same filesystem,
-                                    so finishing one is a rename)
+      tmp/                          uploads, extractions and reports in progress (same
+                                    filesystem, so finishing one is a rename); emptied
+                                    at start, as is any leftover below
       runs/<run_id>/run.json        the uploaded record, as sent
       runs/<run_id>/allure-results/ the uploaded Allure results
       runs/<run_id>/report/         the generated Allure report (appears whole, by rename)
-      runs/<run_id>/report-state.json
       history/<branch>/<hardware>.jsonl   Allure history, one trend per branch + hardware
+
+A run's report state (pending, ready, failed) is in the results store, committed with
+the run. ``runs/<run_id>/report-state.json`` is where services before that kept it:
+read once at start into the store, then removed. Partial report folders that older
+services made beside ``report/`` (``.report.*``, ``..report.*``) are removed at start.
 
 Run ids come from the client, so they are checked against a closed character set
 before they are ever joined to a path.
@@ -26,6 +31,10 @@ from harness.errors import HarnessError
 #: "." nor ".." nor a hidden name can be a run id.
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+#: What a report being made (by this service or an older one) leaves beside ``report/``
+#: when it is killed: ``.report.<hex>.partial``, Allure's ``..report.<hex>.partial.new-*``
+#: and ``.report.new-*``/``.report.old-*``. Hidden, so never a run's uploaded file.
+_REPORT_LEFTOVER = re.compile(r"\.\.?report\..*")
 
 
 class InvalidRunIdError(HarnessError):
@@ -75,8 +84,16 @@ class Layout:
     def report_dir(self, run_id: str) -> Path:
         return self.run_dir(run_id) / "report"
 
-    def report_state_file(self, run_id: str) -> Path:
+    def legacy_report_state_file(self, run_id: str) -> Path:
+        """Where services before the store kept the report state (imported at start)."""
         return self.run_dir(run_id) / "report-state.json"
+
+    def report_leftovers(self) -> list[Path]:
+        """Partial report folders under ``runs/*/`` that a killed report left behind."""
+        if not self.runs_dir.is_dir():
+            return []
+        return sorted(path for path in self.runs_dir.glob("*/.*")
+                      if _REPORT_LEFTOVER.fullmatch(path.name))
 
     def history_file(self, branch: str, hardware_identity: str) -> Path:
         branch_dir = self.data_dir / "history" / safe_name(branch)

@@ -2,9 +2,20 @@
 
 One thread with a queue: Allure appends each report's entry to the history file of
 the run's branch + hardware, so reports must be made one after another, in the order
-the runs arrived, or trends would interleave. A failed report is recorded in the
-run's ``report-state.json`` and never fails the upload that queued it. Jobs still
-pending when the service stops are picked up again when it next starts.
+the runs arrived, or trends would interleave.
+
+A run's report state (pending, ready, failed) is a row in the results store, and a new
+run's "pending" row is committed in the same transaction as the run (ingest.py): a run
+the service acknowledged has its report queued even if the process dies the next
+instant. When the worker starts it queues again every run still pending, and every
+stored run that has files in this data directory but no state at all (stored by
+`harness store`, or by a service from before the state moved into the store), oldest
+first. A failed report is recorded as failed and never fails the upload that queued it.
+
+A report is made in a folder of its own under ``tmp/`` (emptied at start) and renamed
+into ``runs/<id>/report/`` whole; the Allure CLI runs in its own process group and dies
+with the worker (harness.report.allure), so a ``kill -9`` of the service leaves neither
+a half-made report nor a ``node`` process behind.
 """
 
 from __future__ import annotations
@@ -20,25 +31,28 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from harness.errors import HarnessError
-from harness.files import write_json_atomic
 from harness.results.model import RunRecord
-from harness.service.bundle import RUN_JSON
+from harness.results.store import REPORT_STATES, ReportState, ResultsStore
 from harness.service.layout import Layout, is_valid_run_id
 from harness.strictjson import read_object
 
 log = logging.getLogger(__name__)
 
-State = Literal["pending", "ready", "failed"]
+PENDING_MESSAGE = "report is being made"
+#: How many run ids one "skipped" log line names.
+_LOGGED_IDS = 10
 
 
 class ReportGenerator(Protocol):
     """Writes the Allure report for ``results_dir`` into ``output_dir``.
 
-    Returns the problems worth showing (warnings of a report that was still made);
-    raises to say that no report could be made.
+    ``output_dir`` does not exist yet, and its parent is a folder of the worker's own
+    inside the data directory, free for the generator's temporary files. Returns the
+    problems worth showing (warnings of a report that was still made); raises to say
+    that no report could be made.
     """
 
     def __call__(self, results_dir: Path, output_dir: Path, *, history_path: Path,
@@ -52,9 +66,17 @@ def allure_generator(results_dir: Path, output_dir: Path, *, history_path: Path,
     # the report module or node is missing.
     from harness.report.allure import generate_report  # noqa: PLC0415
 
+    # Temporary files beside the output: inside the data dir, swept at start, never
+    # in the system temp where a killed service would leave them for good.
     result = generate_report(results_dir, output_dir, history_path=history_path,
-                             report_name=report_name)
+                             report_name=report_name, temp_root=output_dir.parent)
     return [str(problem) for problem in result.problems]
+
+
+def pending_state() -> ReportState:
+    """The state a run gets when its report is queued, stamped now."""
+    return ReportState("pending", message=PENDING_MESSAGE, queued_ns=time.time_ns(),
+                       updated_at=_now())
 
 
 @dataclass(frozen=True)
@@ -62,65 +84,70 @@ class ReportJob:
     run_id: str
     report_name: str
     history_path: Path
+    #: When the report was queued (``time.time_ns()``), kept in the finished state.
+    queued_ns: int = 0
 
     @classmethod
-    def for_run(cls, layout: Layout, run: RunRecord) -> ReportJob:
+    def for_run(cls, layout: Layout, run: RunRecord, *, queued_ns: int = 0) -> ReportJob:
         return cls(run_id=run.run_id,
                    report_name=f"{run.branch} {run.run_id} ({run.hardware.describe()})",
-                   history_path=layout.history_file(run.branch, run.hardware.identity))
+                   history_path=layout.history_file(run.branch, run.hardware.identity),
+                   queued_ns=queued_ns)
 
 
 def report_url(run_id: str) -> str:
     return f"/runs/{run_id}/report/"
 
 
-def read_state(layout: Layout, run_id: str) -> dict[str, Any]:
+def read_states(store: ResultsStore, run_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The report state of each run for the API (state, message, problems, url); one query."""
+    found = store.report_states(run_ids)
+    return {run_id: _answer(run_id, found.get(run_id)) for run_id in run_ids}
+
+
+def read_state(store: ResultsStore, run_id: str) -> dict[str, Any]:
     """The run's report state for the API: state, message, problems, url."""
-    path = layout.report_state_file(run_id)
-    if not path.is_file():
+    return read_states(store, [run_id])[run_id]
+
+
+def _answer(run_id: str, state: ReportState | None) -> dict[str, Any]:
+    if state is None:
         return {"state": "none", "message": "no report was queued for this run",
-                "url": None}
-    try:
-        body = read_object(path, HarnessError)
-    except HarnessError as exc:
-        return {"state": "failed", "message": str(exc), "url": None}
-    state = body.get("state")
-    return {"state": state, "message": body.get("message"),
-            "problems": body.get("problems", []),
-            "url": report_url(run_id) if state == "ready" else None}
+                "problems": [], "url": None}
+    return {"state": state.state, "message": state.message, "problems": list(state.problems),
+            "url": report_url(run_id) if state.state == "ready" else None}
 
 
-def _write_state(layout: Layout, run_id: str, state: State, *, message: str | None = None,
-                 problems: Sequence[str] = (), queued_ns: int | None = None) -> None:
-    path = layout.report_state_file(run_id)
-    previous = read_object(path, HarnessError) if path.is_file() else {}
-    write_json_atomic(path, {
-        "state": state, "message": message, "problems": list(problems),
-        "queued_ns": queued_ns if queued_ns is not None else previous.get("queued_ns", 0),
-        "updated_at": datetime.now(UTC).isoformat(timespec="seconds"),
-    })
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 class ReportWorker:
     """The queue and the one thread that drains it."""
 
-    def __init__(self, layout: Layout, generate: ReportGenerator) -> None:
+    def __init__(self, layout: Layout, store: ResultsStore, generate: ReportGenerator) -> None:
         self._layout = layout
+        self._store = store
         self._generate = generate
         self._queue: queue.Queue[ReportJob | None] = queue.Queue()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        for job in self._pending_jobs():
+        """Queue the reports a previous process left unmade, then start the thread.
+
+        Blocking (store queries); raises ResultsStoreError when the store cannot say.
+        """
+        for job in self._unmade_jobs():
             self._queue.put(job)
+        # The thread lives as long as the service: the Allure CLI it starts is tied to
+        # it (PR_SET_PDEATHSIG fires when the forking thread ends).
         self._thread = threading.Thread(target=self._loop, name="allure-reports",
                                         daemon=True)
         self._thread.start()
 
     def submit(self, job: ReportJob) -> None:
-        _write_state(self._layout, job.run_id, "pending", message="report is being made",
-                     queued_ns=time.time_ns())
+        """Queue ``job``; the run's "pending" state must already be in the store."""
         self._queue.put(job)
 
     def stop(self, timeout_s: float = 30.0) -> None:
@@ -139,24 +166,83 @@ class ReportWorker:
             time.sleep(0.05)
         return False
 
+    # -- what a previous process left -------------------------------------------
+
+    def _unmade_jobs(self) -> list[ReportJob]:
+        self._import_legacy_states()
+        jobs = self._pending_jobs() + self._stateless_jobs()
+        if jobs:
+            log.info("requeued %d report(s) a previous process left unmade", len(jobs))
+        return jobs
+
     def _pending_jobs(self) -> list[ReportJob]:
-        found: list[tuple[int, ReportJob]] = []
+        awaiting = self._store.runs_awaiting_report()
+        queued = self._store.report_states(awaiting)
+        jobs: list[ReportJob] = []
+        for run_id in awaiting:
+            if not self._has_files(run_id):
+                # Left pending: an upload of the run brings the files and queues it again.
+                log.warning("report of run %s stays pending: its files are not in %s; "
+                            "upload the run again to make it", run_id, self._layout.runs_dir)
+                continue
+            job = self._job(run_id, queued[run_id].queued_ns if run_id in queued else 0)
+            if job is not None:
+                jobs.append(job)
+        return jobs
+
+    def _stateless_jobs(self) -> list[ReportJob]:
+        """Jobs for the runs with no report state at all, where their files are here.
+
+        Such a run was stored by `harness store`, or by an older service that died
+        between committing the run and writing its state file.
+        """
+        jobs: list[ReportJob] = []
+        skipped: list[str] = []
+        for run_id in self._store.runs_without_report():
+            if not self._has_files(run_id):
+                skipped.append(run_id)
+                continue
+            state = pending_state()
+            job = self._job(run_id, state.queued_ns)
+            if job is not None:
+                self._store.set_report_state(run_id, state)
+                jobs.append(job)
+        if skipped:
+            more = f" and {len(skipped) - _LOGGED_IDS} more" if len(skipped) > _LOGGED_IDS else ""
+            log.info("no report for %d stored run(s) whose files are not in %s (upload them "
+                     "to make one): %s%s", len(skipped), self._layout.runs_dir,
+                     ", ".join(skipped[:_LOGGED_IDS]), more)
+        return jobs
+
+    def _job(self, run_id: str, queued_ns: int) -> ReportJob | None:
+        run = self._store.get_run(run_id)
+        return None if run is None else ReportJob.for_run(self._layout, run,
+                                                          queued_ns=queued_ns)
+
+    def _has_files(self, run_id: str) -> bool:
+        return is_valid_run_id(run_id) and self._layout.results_dir(run_id).is_dir()
+
+    def _import_legacy_states(self) -> None:
+        """Move each ``report-state.json`` of an older service into the store, once."""
         runs_dir = self._layout.runs_dir
-        for state_file in runs_dir.glob("*/report-state.json") if runs_dir.is_dir() else ():
-            run_id = state_file.parent.name
-            if not is_valid_run_id(run_id):
+        files = {path.parent.name: path
+                 for path in (runs_dir.glob("*/report-state.json") if runs_dir.is_dir() else ())
+                 if is_valid_run_id(path.parent.name)}
+        if not files:
+            return
+        # Only runs stored without a state: a row already there is newer than the file,
+        # and a folder without a run is an upload that died before its row.
+        stateless = set(self._store.runs_without_report())
+        for run_id, path in sorted(files.items()):
+            if run_id in stateless:
+                state = _legacy_state(path)
+                if state is not None:
+                    self._store.set_report_state(run_id, state)
+            elif self._store.get_run(run_id) is None:
                 continue
-            try:
-                state = read_object(state_file, HarnessError)
-                if state.get("state") != "pending":
-                    continue
-                run = RunRecord.from_json(read_object(state_file.parent / RUN_JSON,
-                                                      HarnessError))
-            except (HarnessError, KeyError, TypeError, ValueError) as exc:
-                log.warning("cannot requeue the report of %s: %s", run_id, exc)
-                continue
-            found.append((int(state.get("queued_ns", 0)), ReportJob.for_run(self._layout, run)))
-        return [job for _, job in sorted(found, key=lambda item: item[0])]
+            path.unlink(missing_ok=True)
+
+    # -- the thread -------------------------------------------------------------
 
     def _loop(self) -> None:
         while True:
@@ -165,7 +251,8 @@ class ReportWorker:
                 if job is None or self._stopping.is_set():
                     return
                 self._make(job)
-            # Even the state file failing to write must not end the worker.
+            # Even the store failing to record a state must not end the worker; the
+            # run then stays pending and is made again at the next start.
             except Exception:
                 log.exception("report worker: job %s", job)
             finally:
@@ -174,9 +261,13 @@ class ReportWorker:
     def _make(self, job: ReportJob) -> None:
         layout = self._layout
         final = layout.report_dir(job.run_id)
-        # Made beside the final place and renamed in, so the report is served whole.
-        partial = final.with_name(f".report.{uuid.uuid4().hex}.partial")
+        # Made in a folder of its own under tmp/ (emptied at start, same filesystem)
+        # and renamed in, so the report is served whole and a kill leaves nothing in
+        # runs/.
+        work = layout.tmp_dir / f"report-{uuid.uuid4().hex}"
+        partial = work / "report"
         try:
+            work.mkdir(parents=True)
             job.history_path.parent.mkdir(parents=True, exist_ok=True)
             problems = self._generate(layout.results_dir(job.run_id), partial,
                                       history_path=job.history_path,
@@ -184,13 +275,36 @@ class ReportWorker:
             if not (partial / "index.html").is_file():
                 raise HarnessError(f"the report generator wrote no index.html into {partial}")
             if final.exists():
-                shutil.rmtree(final)
+                os.rename(final, work / "previous")
             os.rename(partial, final)
         # Any failure at all is this run's report failing, never the worker dying.
         except Exception as exc:
             log.warning("report of run %s failed: %s", job.run_id, exc)
-            shutil.rmtree(partial, ignore_errors=True)
-            _write_state(layout, job.run_id, "failed",
-                         message=f"{type(exc).__name__}: {exc}")
+            self._store.set_report_state(job.run_id, ReportState(
+                "failed", message=f"{type(exc).__name__}: {exc}", queued_ns=job.queued_ns,
+                updated_at=_now()))
             return
-        _write_state(layout, job.run_id, "ready", problems=problems)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        self._store.set_report_state(job.run_id, ReportState(
+            "ready", problems=tuple(problems), queued_ns=job.queued_ns, updated_at=_now()))
+
+
+def _legacy_state(path: Path) -> ReportState | None:
+    """The state in an older service's file; None (made again) when it is unreadable."""
+    try:
+        body = read_object(path, HarnessError)
+        state, message = body.get("state"), body.get("message")
+        problems, queued_ns = body.get("problems", []), body.get("queued_ns", 0)
+        if (state not in REPORT_STATES or not (message is None or isinstance(message, str))
+                or not isinstance(problems, list) or not isinstance(queued_ns, int)):
+            raise HarnessError(f"{path} holds no report state")
+        updated = body.get("updated_at")
+        return ReportState(str(state), message=message,
+                           problems=tuple(str(problem) for problem in problems),
+                           queued_ns=queued_ns,
+                           updated_at=updated if isinstance(updated, str) else _now())
+    # ValueError: ReportState refuses what the file holds (a queued_ns out of range).
+    except (HarnessError, ValueError) as exc:
+        log.warning("%s: %s; the run's report is made again", path, exc)
+        return None
