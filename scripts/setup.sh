@@ -10,6 +10,8 @@ command -v c++ >/dev/null || missing+=(g++)
 command -v make >/dev/null || command -v ninja >/dev/null || missing+=(make)
 python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
 command -v npm >/dev/null || missing+=(nodejs npm)
+# GNU patch applies the slowed build's patch (harness/builds/slowed.py: A/B tests).
+command -v patch >/dev/null || missing+=(patch)
 if ((${#missing[@]})); then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "setup: installing ${missing[*]}" >&2
