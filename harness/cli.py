@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from harness import modelgen
+from harness.ab_cli import ab_command
 from harness.builds.base_image import ensure_base_image
 from harness.builds.container_build import LOCAL, build_image, list_images
 from harness.builds.native import BuildResult, ProgressCallback
@@ -261,6 +262,7 @@ def _progress_bar(request: BuildRequest) -> Iterator[ProgressCallback]:
 cli.add_command(plan_command)
 cli.add_command(report_command)
 cli.add_command(compare_command)
+cli.add_command(ab_command)
 cli.add_command(store_command)
 cli.add_command(serve_command)
 cli.add_command(upload_command)

@@ -9,6 +9,11 @@ bash scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/mypy
 .venv/bin/harness build --backend cpu >/dev/null
+# The slowed build of the pinned source that the A/B tests use as a candidate
+# (harness/builds/slowed.py; one more CPU build the first time, a cache hit after).
+.venv/bin/python -c 'from harness.builds.slowed import ensure_slowed_build as build
+from harness.paths import cache_root
+build(cache_root())' >/dev/null
 .venv/bin/harness fixtures >/dev/null
 docker_ready() {
   .venv/bin/python -c 'from harness.probes.docker_engine import engine_unavailable as why

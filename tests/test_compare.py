@@ -13,11 +13,8 @@ from results_fixtures import CPU_BOX, GPU_BOX, at, fig, figure_key, make_run, ou
 
 from harness.errors import ConfigError, HarnessError
 from harness.results.compare import (
-    IMPROVED,
     MISSING_NOW,
     NO_BASELINE,
-    REGRESSED,
-    UNCHANGED,
     Comparison,
     FigureResult,
     HardwareMismatchError,
@@ -27,6 +24,7 @@ from harness.results.compare import (
     select_baseline,
 )
 from harness.results.model import METRICS, Direction, Figure, FigureKey, Hardware, RunRecord
+from harness.results.rules import IMPROVED, REGRESSED, UNCHANGED
 from harness.results.store import ResultsStore
 
 # Shared fixtures (tests/ has no conftest.py): each store test runs on SQLite and PostgreSQL.
@@ -311,7 +309,8 @@ def test_json_is_serialisable_with_stable_keys() -> None:
     assert body["figures"][0]["z"] == "inf"
     body = json.loads(json.dumps(_mixed().to_json(), allow_nan=False))
     assert set(body) == {"regressed", "verdict", "current_run", "baseline_runs", "hardware",
-                         "rule", "tests", "figures", "figure_counts"}
+                         "rule", "tests", "figures", "figure_counts", "ab"}
+    assert body["ab"] is None  # no A/B result in the current run
     assert set(body["tests"]) == {"newly_failing", "fixed", "still_failing", "new_tests",
                                   "removed_tests"}
     assert body["tests"]["newly_failing"][0]["test_id"] == "t::pipe"

@@ -22,6 +22,9 @@ import httpx
 import pytest
 import service_helpers
 
+from harness.builds.slowed import SLOW_DECODE_ENV, slowed_source, wait_for_slowdown
+from harness.paths import cache_root
+
 pytestmark = [pytest.mark.server, pytest.mark.alone]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,3 +130,45 @@ def test_an_unknown_baseline_fails_the_job_with_exit_2(service: Service,
     runs = httpx.get(f"{service.url}/api/runs", timeout=10).json()["runs"]
     assert [run["branch"] for run in runs] == ["lonely"]
     assert (tmp_path / "out" / "report" / "index.html").is_file()
+
+
+def _ab_gate(out: Path, *, source: Path | None = None,
+             slow_us: int | None = None) -> subprocess.CompletedProcess[str]:
+    """The gate with HARNESS_GATE_AB_BASELINE=pin, no service, the smoke suite only."""
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith(("HARNESS_", "GITHUB_", "CI_"))}
+    if "HARNESS_CACHE" in os.environ:
+        env["HARNESS_CACHE"] = os.environ["HARNESS_CACHE"]
+    env.update({
+        "HARNESS_GATE_RUNNER": "subprocess", "HARNESS_GATE_OUT": str(out),
+        "HARNESS_GATE_SUMMARY": str(out / "summary.md"), "HARNESS_GATE_BASELINE": "",
+        "HARNESS_GATE_WORKERS": "2", "HARNESS_BRANCH": "feature/ab",
+        "HARNESS_GATE_AB_BASELINE": "pin",
+        "HARNESS_GATE_AB_ARGS": "--metric decode_tps --budget-s 100",
+    })
+    if source is not None:
+        env["HARNESS_SOURCE"] = str(source)
+    if slow_us is not None:
+        env[SLOW_DECODE_ENV] = str(slow_us)
+    return subprocess.run([str(GATE), "cpu", "-k", "smoke"], env=env, capture_output=True,
+                          text=True, timeout=GATE_TIMEOUT_S, check=False)
+
+
+def test_the_gate_ab_step_passes_the_pinned_build_against_itself(tmp_path: Path) -> None:
+    done = _ab_gate(tmp_path / "out")
+    assert done.returncode == 0, _detail(done)
+    assert "gate: A/B against pin exit 0" in done.stderr
+    ab = json.loads((tmp_path / "out" / "run.json").read_text())["ab"]
+    assert ab["metrics"]["decode_tps"]["verdict"] != "regressed"
+    assert (tmp_path / "out" / "ab.txt").read_text().startswith("A/B: candidate")
+
+
+def test_the_gate_ab_step_fails_a_slowed_candidate(tmp_path: Path) -> None:
+    # The build under test is the slowed tree (harness/builds/slowed.py), 30 % slower.
+    source = slowed_source(cache_root())
+    done = _ab_gate(tmp_path / "out", source=source,
+                    slow_us=wait_for_slowdown(0.30, 800.0))
+    assert done.returncode == 1, _detail(done)
+    assert "gate: A/B against pin exit 1" in done.stderr
+    ab = json.loads((tmp_path / "out" / "run.json").read_text())["ab"]
+    assert ab["metrics"]["decode_tps"]["verdict"] == "regressed"

@@ -10,16 +10,19 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import results_fixtures
 from results_fixtures import CPU_BOX, GPU_BOX, at, fig, figure_key, make_run, outcome
 from sqlalchemy import (
+    BigInteger,
     Column,
     Float,
     ForeignKey,
+    Index,
     Integer,
     MetaData,
     String,
@@ -68,6 +71,36 @@ def _full_run(run_id: str = "run-full") -> RunRecord:
         labels={"ci": "nightly", "pr": "1234"})
 
 
+def _ab_result() -> dict[str, Any]:
+    """An ``ab`` object shaped as harness/ab/report.py's record_json writes it."""
+    return {
+        "baseline": "build cpu-0123456789ab", "candidate": "build cpu-feedbeef0000",
+        "design": "duet", "threshold": 0.03,
+        "metrics": {
+            "prompt_tps": {"verdict": "unchanged", "pairs": 12, "ratio": 1.0025,
+                           "ci_low": 0.99, "ci_high": 1.015},
+            "decode_tps": {"verdict": "regressed", "pairs": 16, "ratio": 0.9012,
+                           "ci_low": 0.8875, "ci_high": 0.9150},
+            "load_s": {"verdict": "unknown", "pairs": 0, "ratio": None, "ci_low": None,
+                       "ci_high": None},
+        },
+        "counter_changes": [{"name": "greedy_text", "baseline": "Once upon a time | é",
+                             "candidate": "Once upon a time\n\"quoted\""}],
+    }
+
+
+def _ab_run(run_id: str = "run-ab") -> RunRecord:
+    return replace(_full_run(run_id), ab=_ab_result())
+
+
+def _stored_ab(url: str, run_id: str) -> str | None:
+    engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.connect() as conn:
+        found = conn.execute(select(runs.c.ab).where(runs.c.run_id == run_id)).scalar_one()
+    engine.dispose()
+    return None if found is None else str(found)
+
+
 def test_full_run_round_trips(store: ResultsStore) -> None:
     run = _full_run()
     assert store.add_run(run) is True
@@ -79,6 +112,24 @@ def test_empty_run_round_trips(store: ResultsStore) -> None:
     run = make_run("bare")
     assert store.add_run(run)
     assert store.get_run("bare") == run
+
+
+def test_a_run_with_an_ab_result_round_trips(store: ResultsStore, store_url: str) -> None:
+    run, plain = _ab_run(), _full_run()
+    assert store.add_run(run)
+    assert store.add_run(plain)
+    assert store.get_run(run.run_id) == run
+    assert store.list_runs() == [plain, run]  # same start: the later stored first
+    got = store.get_run(run.run_id)
+    assert got is not None
+    assert got.ab == _ab_result()
+    # JSON text with sorted keys; NULL, not "null", for a run without an A/B result.
+    assert _stored_ab(store_url, run.run_id) == json.dumps(
+        _ab_result(), sort_keys=True, separators=(",", ":"))
+    assert _stored_ab(store_url, plain.run_id) is None
+    fetched = store.get_run(plain.run_id)
+    assert fetched is not None
+    assert "ab" not in fetched.to_json()
 
 
 def test_unknown_run_is_none(store: ResultsStore) -> None:
@@ -264,7 +315,12 @@ def test_display_url_hides_the_password(store_url: str) -> None:
      "$.figures[0].key.n_gen"),
     (make_run("big", figures=[fig("kv_mib", 1.0, key=figure_key(n_prompt=2**31))]),
      "$.figures[0].key.n_prompt"),
-], ids=["nan", "inf", "nul-branch", "nul-message", "bool-as-number", "int32-overflow"])
+    (replace(make_run("ab-nan"), ab={**_ab_result(), "threshold": math.nan}),
+     "$.ab.threshold"),
+    (replace(make_run("ab-metric"), ab={**_ab_result(), "metrics": {"fps": {}}}),
+     "$.ab.metrics.fps"),
+], ids=["nan", "inf", "nul-branch", "nul-message", "bool-as-number", "int32-overflow",
+        "ab-nan", "ab-unknown-metric"])
 def test_a_run_the_schema_refuses_is_not_stored(store: ResultsStore, bad: RunRecord,
                                                 field: str) -> None:
     earlier = _full_run()
@@ -303,6 +359,23 @@ def test_a_run_stored_before_the_schema_that_breaks_it_is_skipped(
     assert "$.figures[0].value" in caplog.text
     assert nan.run_id in caplog.text
     assert "$.hardware.vram_mib" in caplog.text
+
+
+def test_a_run_whose_stored_ab_result_breaks_the_schema_is_skipped(
+        store: ResultsStore, store_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    good, bad_metric, not_json = _numbered(1), _ab_run("bad-metric"), _ab_run("not-json")
+    for run in (good, bad_metric, not_json):
+        store.add_run(run)
+    engine = create_engine(store_url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.begin() as conn:
+        conn.execute(update(runs).where(runs.c.run_id == bad_metric.run_id).values(
+            ab=json.dumps({**_ab_result(), "metrics": {"fps": {}}})))
+        conn.execute(update(runs).where(runs.c.run_id == not_json.run_id).values(ab="{"))
+    engine.dispose()
+    with caplog.at_level(logging.WARNING, logger="harness.results.store"):
+        assert store.list_runs() == [good]
+    assert "$.ab.metrics.fps" in caplog.text
+    assert not_json.run_id in caplog.text
 
 
 # -- report states ------------------------------------------------------------------------
@@ -437,9 +510,33 @@ def _v1_metadata() -> MetaData:
     return v1
 
 
+def _v2_metadata() -> MetaData:
+    """The tables of store schema 2 (schema 1 and reports), frozen as that version made them."""
+    v2 = _v1_metadata()
+    Table("reports", v2,
+          Column("run_id", String(), ForeignKey("runs.run_id", ondelete="CASCADE"),
+                 primary_key=True),
+          Column("state", String(), nullable=False), Column("message", Text),
+          Column("problems", Text, nullable=False),
+          Column("queued_ns", BigInteger, nullable=False),
+          Column("updated_at", String(), nullable=False),
+          Index("ix_reports_state", "state", "queued_ns"))
+    return v2
+
+
 def _write_v1_store(url: str, run: RunRecord) -> None:
     """A store as harness schema 1 left it, holding ``run``."""
-    v1 = _v1_metadata()
+    _write_old_store(url, run, 1)
+
+
+def _write_v2_store(url: str, run: RunRecord, report: ReportState) -> None:
+    """A store as harness schema 2 left it, holding ``run`` with its report state."""
+    _write_old_store(url, run, 2, report)
+
+
+def _write_old_store(url: str, run: RunRecord, version: int,
+                     report: ReportState | None = None) -> None:
+    v1 = _v1_metadata() if version == 1 else _v2_metadata()
     engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
     if url.startswith("sqlite"):
         # Version 1 switched every SQLite store to WAL on its first connection, too.
@@ -447,7 +544,7 @@ def _write_v1_store(url: str, run: RunRecord) -> None:
             conn.exec_driver_sql("PRAGMA journal_mode = WAL")
     with engine.begin() as conn:
         v1.create_all(conn)
-        conn.execute(v1.tables["schema_version"].insert().values(version=1))
+        conn.execute(v1.tables["schema_version"].insert().values(version=version))
         conn.execute(v1.tables["runs"].insert().values(
             run_id=run.run_id, branch=run.branch, commit=run.commit,
             started_at=run.started_at, finished_at=run.finished_at,
@@ -462,6 +559,11 @@ def _write_v1_store(url: str, run: RunRecord) -> None:
              "value": f.value, "hardware_identity": run.hardware.identity,
              "build_key": run.build.build_key, **asdict(f.key)}
             for i, f in enumerate(run.figures)])
+        if report is not None:
+            conn.execute(v1.tables["reports"].insert().values(
+                run_id=run.run_id, state=report.state, message=report.message,
+                problems=json.dumps(list(report.problems)), queued_ns=report.queued_ns,
+                updated_at=report.updated_at))
     engine.dispose()
 
 
@@ -473,7 +575,7 @@ def _stored_version(url: str) -> list[int]:
     return found
 
 
-def test_a_version_1_store_is_migrated_to_version_2(store_url: str) -> None:
+def test_a_version_1_store_is_migrated_to_version_3(store_url: str) -> None:
     old = _full_run()
     _write_v1_store(store_url, old)
     with open_store(store_url) as migrated:
@@ -481,14 +583,50 @@ def test_a_version_1_store_is_migrated_to_version_2(store_url: str) -> None:
         assert migrated.runs_without_report() == [old.run_id]
         migrated.set_report_state(old.run_id, ReportState("pending", queued_ns=time.time_ns()))
         assert migrated.runs_awaiting_report() == [old.run_id]
-        new = make_run("after-migration", started_at=at(9))
+        new = replace(make_run("after-migration", started_at=at(9)), ab=_ab_result())
         assert migrated.add_run(new, report=ReportState("ready"))
         assert migrated.list_runs() == [new, old]
-    assert _stored_version(store_url) == [STORE_SCHEMA_VERSION] == [2]
+    assert _stored_version(store_url) == [STORE_SCHEMA_VERSION] == [3]
+    assert _stored_ab(store_url, old.run_id) is None
     # Opening it again changes nothing.
     with open_store(store_url) as again:
         assert again.report_states([new.run_id]) == {new.run_id: ReportState("ready")}
-    assert _stored_version(store_url) == [2]
+        assert again.get_run(new.run_id) == new
+    assert _stored_version(store_url) == [3]
+
+
+def test_a_version_2_store_is_migrated_to_version_3(store_url: str) -> None:
+    old = _full_run()
+    report = ReportState("failed", message="allure crashed", problems=("p1",),
+                         queued_ns=12345, updated_at=at(6))
+    _write_v2_store(store_url, old, report)
+    with open_store(store_url) as migrated:
+        got = migrated.get_run(old.run_id)
+        assert got == old
+        assert got is not None
+        assert got.ab is None
+        assert migrated.report_states([old.run_id]) == {old.run_id: report}
+        new = _ab_run("ab-after-migration")
+        assert migrated.add_run(new)
+        assert migrated.get_run(new.run_id) == new
+    assert _stored_version(store_url) == [3]
+    assert _stored_ab(store_url, old.run_id) is None
+    assert _stored_ab(store_url, new.run_id) is not None
+    with open_store(store_url) as again:
+        assert again.list_runs() == [new, old]
+    assert _stored_version(store_url) == [3]
+
+
+def test_separate_stores_migrating_a_version_2_store_at_once(store_url: str) -> None:
+    old = _full_run()
+    _write_v2_store(store_url, old, ReportState("ready"))
+
+    def work(i: int) -> bool:
+        with open_store(store_url) as own:
+            return own.get_run(old.run_id) == old and own.add_run(_ab_run(f"ab-{i}"))
+
+    assert _at_once(6, work) == [True] * 6
+    assert _stored_version(store_url) == [3]
 
 
 def test_separate_stores_migrating_a_version_1_store_at_once(store_url: str) -> None:
@@ -500,7 +638,7 @@ def test_separate_stores_migrating_a_version_1_store_at_once(store_url: str) -> 
             return own.get_run(old.run_id) == old
 
     assert _at_once(6, work) == [True] * 6
-    assert _stored_version(store_url) == [2]
+    assert _stored_version(store_url) == [3]
 
 
 def test_a_store_of_the_next_version_is_refused_naming_both(store_url: str) -> None:
@@ -510,7 +648,7 @@ def test_a_store_of_the_next_version_is_refused_naming_both(store_url: str) -> N
     with engine.begin() as conn:
         conn.execute(update(schema_version).values(version=STORE_SCHEMA_VERSION + 1))
     engine.dispose()
-    with pytest.raises(ResultsStoreError, match=r"has schema 3, newer than this harness's 2"):
+    with pytest.raises(ResultsStoreError, match=r"has schema 4, newer than this harness's 3"):
         open_store(store_url)
-    # Refused without a change: still version 3.
-    assert _stored_version(store_url) == [3]
+    # Refused without a change: still version 4.
+    assert _stored_version(store_url) == [4]

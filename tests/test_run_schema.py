@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 from results_fixtures import BUILD, CPU_BOX, GPU_BOX, at, fig, figure_key, make_run, outcome
 
+from harness.ab.decision import IMPROVED, REGRESSED, UNCHANGED, UNKNOWN
+from harness.ab.design import DESIGNS
 from harness.errors import HarnessError
 from harness.recording.outcomes import OutcomeTally
 from harness.recording.run_file import build_ref, run_record
@@ -34,6 +36,8 @@ from harness.results.model import (
     TestOutcome as RunOutcome,
 )
 from harness.results.run_schema import (
+    AB_DESIGNS,
+    AB_VERDICTS,
     MAX_DEPTH,
     MAX_DOCUMENT_BYTES,
     RUN_SCHEMA,
@@ -44,7 +48,27 @@ from harness.results.run_schema import (
 )
 
 
+def _ab_result() -> dict[str, Any]:
+    """An ``ab`` object shaped as harness/ab/report.py's record_json writes it."""
+    return {
+        "baseline": "build cpu-0123456789ab", "candidate": "build cpu-feedbeef0000",
+        "design": "interleaved", "threshold": 0.03,
+        "metrics": {
+            "decode_tps": {"verdict": "regressed", "pairs": 16, "ratio": 0.9012,
+                           "ci_low": 0.8875, "ci_high": 0.9150},
+            "ttft_ms": {"verdict": "unknown", "pairs": 2, "ratio": None, "ci_low": None,
+                        "ci_high": None},
+        },
+        "counter_changes": [{"name": "compute_mib[CPU]", "baseline": "300.01",
+                             "candidate": "412.50"}],
+    }
+
+
 def _full_run() -> RunRecord:
+    return replace(_bare_full_run(), ab=_ab_result())
+
+
+def _bare_full_run() -> RunRecord:
     return make_run(
         "run-full", branch="feature/kv-quant", started_at=at(5), hardware=GPU_BOX,
         build=BuildRef(backend="cuda", version="version: 5001 (1234abcd)",
@@ -118,7 +142,7 @@ def _harness_written_runs() -> list[RunRecord]:
     tally.add("suites/test_a.py::test_fixture", "setup", "failed", 0.0, message="boom")
     figures = [fig(metric, 1.5) for metric in sorted(METRICS)]
     return [
-        make_run("bare"), make_run("gpu", hardware=GPU_BOX), _full_run(),
+        make_run("bare"), make_run("gpu", hardware=GPU_BOX), _full_run(), _bare_full_run(),
         make_run("cpu-box", hardware=CPU_BOX, build=BUILD, labels={}),
         run_record(run_id="20250101T000000Z-0123abcd", started_at=at(0), hardware=GPU_BOX,
                    build=build_ref(None, "cpu-0123"), outcomes=tally.outcomes(),
@@ -137,13 +161,47 @@ def test_runs_the_harness_writes_round_trip(run: RunRecord) -> None:
 
 def test_optional_fields_may_be_left_out() -> None:
     body = _body()
-    del body["schema"], body["outcomes"], body["figures"], body["labels"]
+    del body["schema"], body["outcomes"], body["figures"], body["labels"], body["ab"]
     body["hardware"] = {"host": "h", "cpu": "c"}
     body["build"] = {k: body["build"][k] for k in ("backend", "version", "source_digest",
                                                    "build_key")}
     run = run_from_json(body)
     assert run.hardware == Hardware(host="h", cpu="c")
-    assert (run.outcomes, run.figures, run.labels) == ((), (), {})
+    assert (run.outcomes, run.figures, run.labels, run.ab) == ((), (), {}, None)
+
+
+def test_a_run_without_an_ab_result_writes_no_ab_key() -> None:
+    # Every run.json written before the field existed stays as it was.
+    assert "ab" not in _bare_full_run().to_json()
+    assert _full_run().to_json()["ab"] == _ab_result()
+
+
+def test_the_ab_object_record_json_writes_round_trips() -> None:
+    run = parse_run_json(json.dumps(_full_run().to_json(), allow_nan=False))
+    assert run.ab == _ab_result()
+    assert run == _full_run()
+    # Integral numbers are read as the floats record_json writes.
+    body = _body()
+    body["ab"]["threshold"] = 0.5
+    body["ab"]["metrics"]["decode_tps"].update(ratio=1, ci_low=1, ci_high=2)
+    again = run_from_json(body).ab
+    assert again is not None
+    decode = again["metrics"]["decode_tps"]
+    assert [type(decode[k]) for k in ("ratio", "ci_low", "ci_high")] == [float] * 3
+
+
+def test_every_metric_design_and_verdict_of_harness_ab_is_accepted() -> None:
+    assert set(AB_DESIGNS) == set(DESIGNS)
+    assert set(AB_VERDICTS) == {REGRESSED, UNCHANGED, IMPROVED, UNKNOWN}
+    for design in DESIGNS:
+        body = _body()
+        body["ab"]["design"] = design
+        body["ab"]["metrics"] = {
+            name: {"verdict": verdict, "pairs": 0, "ratio": 1e-9, "ci_low": 1e-9,
+                   "ci_high": 1e15}
+            for name, verdict in zip(sorted(METRICS), AB_VERDICTS * 2, strict=False)}
+        body["ab"]["counter_changes"] = []
+        assert run_from_json(body).ab == body["ab"]
 
 
 def test_values_at_the_limits_are_accepted() -> None:
@@ -163,7 +221,8 @@ def test_values_at_the_limits_are_accepted() -> None:
 # -- numbers JSON has no spelling for ---------------------------------------------------
 
 _NUMBER_FIELDS = ["$.build.image_digest", "$.hardware.vram_mib", "$.outcomes[1].duration_s",
-                  "$.figures[0].value"]
+                  "$.figures[0].value", "$.ab.threshold", "$.ab.metrics.decode_tps.ratio",
+                  "$.ab.metrics.ttft_ms.ci_high"]
 
 
 @pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
@@ -276,6 +335,47 @@ def test_nesting_up_to_the_limit_is_parsed() -> None:
     (lambda b: b.update(schema=True), "$.schema", "expected exactly 1"),
     (lambda b: b.update(labels=None), "$.labels", "expected an object"),
     (lambda b: b.update(outcomes={"a": 1}), "$.outcomes", "expected an array"),
+    # The A/B result.
+    (lambda b: b.update(ab=None), "$.ab", "expected an object"),
+    (lambda b: b["ab"]["metrics"].update(bogus_tps=b["ab"]["metrics"]["ttft_ms"]),
+     "$.ab.metrics.bogus_tps", "unknown key"),
+    (lambda b: b["ab"]["metrics"]["decode_tps"].update(verdict="worse"),
+     "$.ab.metrics.decode_tps.verdict", "expected one of 'regressed', 'unchanged'"),
+    (lambda b: b["ab"]["metrics"]["decode_tps"].update(pairs="16"),
+     "$.ab.metrics.decode_tps.pairs", "'16' is not allowed: expected an integer"),
+    (lambda b: b["ab"]["metrics"]["decode_tps"].update(pairs=16.0),
+     "$.ab.metrics.decode_tps.pairs", "expected an integer"),
+    (lambda b: b["ab"]["metrics"]["decode_tps"].update(pairs=-1),
+     "$.ab.metrics.decode_tps.pairs", "an integer from 0 to 2147483647"),
+    (lambda b: b["ab"]["metrics"]["decode_tps"].update(ratio=0),
+     "$.ab.metrics.decode_tps.ratio", "a number above 0 and at most 1e+15"),
+    (lambda b: b["ab"]["metrics"]["decode_tps"].update(ci_low=-0.5),
+     "$.ab.metrics.decode_tps.ci_low", "above 0"),
+    (lambda b: b["ab"]["metrics"]["decode_tps"].update(ci_high="0.9"),
+     "$.ab.metrics.decode_tps.ci_high", "expected a finite number or null"),
+    (lambda b: b["ab"]["metrics"]["decode_tps"].update(ratio=True),
+     "$.ab.metrics.decode_tps.ratio", "true is not allowed"),
+    (lambda b: b["ab"]["metrics"]["decode_tps"].pop("ci_low"),
+     "$.ab.metrics.decode_tps.ci_low", "required"),
+    (lambda b: b["ab"]["metrics"]["decode_tps"].update(median=1.0),
+     "$.ab.metrics.decode_tps.median", "unknown key"),
+    (lambda b: b["ab"].update(threshold=0), "$.ab.threshold", "a number above 0 and at most 0.5"),
+    (lambda b: b["ab"].update(threshold=0.6), "$.ab.threshold", "at most 0.5"),
+    (lambda b: b["ab"].update(design="abba"), "$.ab.design", "expected one of 'interleaved'"),
+    (lambda b: b["ab"].update(baseline="b" * 1025), "$.ab.baseline", "1025 characters"),
+    (lambda b: b["ab"].pop("counter_changes"), "$.ab.counter_changes", "required"),
+    (lambda b: b["ab"].update(metrics=[]), "$.ab.metrics", "expected an object"),
+    (lambda b: b["ab"]["counter_changes"][0].update(name="n" * 257),
+     "$.ab.counter_changes[0].name", "257 characters are too many"),
+    (lambda b: b["ab"]["counter_changes"][0].update(candidate="c" * 4097),
+     "$.ab.counter_changes[0].candidate", "4097 characters are too many"),
+    (lambda b: b["ab"]["counter_changes"][0].update(baseline=None),
+     "$.ab.counter_changes[0].baseline", "expected a string"),
+    (lambda b: b["ab"]["counter_changes"][0].update(baseline="a\x00b"),
+     "$.ab.counter_changes[0].baseline", "without NUL"),
+    (lambda b: b["ab"].update(counter_changes=[{"name": "x", "baseline": "1",
+                                                "candidate": "2"}] * 1001),
+     "$.ab.counter_changes", "1001 items are too many: expected at most 1000"),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_wrong_values_are_refused_naming_the_field(change: Any, field: str,
                                                    words: str) -> None:
@@ -384,6 +484,16 @@ _COUNT = st.integers(min_value=0, max_value=2**31 - 1)
 _KEYS = st.builds(FigureKey, fixture=_TEXT, backend=_TEXT, gpu=_TEXT, n_gpu_layers=_TEXT,
                   cache_type_k=_TEXT, cache_type_v=_TEXT, flash_attn=_TEXT, offload=_TEXT,
                   n_prompt=_COUNT, n_gen=_COUNT)
+_RATIO = st.none() | st.floats(min_value=1e-9, max_value=1e15)
+_AB = st.fixed_dictionaries({
+    "baseline": _TEXT, "candidate": _TEXT, "design": st.sampled_from(AB_DESIGNS),
+    "threshold": st.floats(min_value=1e-6, max_value=0.5),
+    "metrics": st.dictionaries(st.sampled_from(sorted(METRICS)), st.fixed_dictionaries({
+        "verdict": st.sampled_from(AB_VERDICTS), "pairs": _COUNT, "ratio": _RATIO,
+        "ci_low": _RATIO, "ci_high": _RATIO}), max_size=3),
+    "counter_changes": st.lists(st.fixed_dictionaries({
+        "name": _TEXT, "baseline": _TEXT, "candidate": _TEXT}), max_size=2),
+})
 _RUNS = st.builds(
     RunRecord,
     run_id=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,30}", fullmatch=True),
@@ -403,6 +513,7 @@ _RUNS = st.builds(
         Figure, test_id=_TEXT, key=_KEYS, metric=st.sampled_from(sorted(METRICS)),
         value=st.floats(min_value=0, max_value=1e15)), max_size=4).map(tuple),
     labels=st.dictionaries(_TEXT, _TEXT, max_size=3),
+    ab=st.none() | _AB,
 )
 
 

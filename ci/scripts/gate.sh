@@ -6,6 +6,8 @@
 # 1. builds llama-server for BACKEND (cached by build key: a hit costs about a second),
 # 2. runs the suites in suites/ against it with Allure results and a run record,
 # 3. renders the one-file Allure report (the CI artifact),
+#    with HARNESS_GATE_AB_BASELINE set, measures it against a baseline build side by
+#    side (`harness ab`),
 # 4. with HARNESS_SERVICE_URL set, uploads the run to the results service and
 # 5. compares it there with the baseline branch's runs on the same hardware, writing
 #    the markdown to the step summary.
@@ -37,6 +39,13 @@
 #                         (default 5 and 3; raise both on a noisy runner, see README)
 #   HARNESS_GATE_REQUIRE_GPU  1 (default for GPU backends): the run fails instead of
 #                         skipping when the build sees no device of BACKEND
+#   HARNESS_GATE_AB_BASELINE  pin, or a git ref of the llama.cpp checkout in
+#                         HARNESS_SOURCE: that source is built (a cache hit when it was
+#                         built before) and `harness ab` measures the build under test
+#                         against it side by side; the result goes into run.json as its
+#                         `ab` object and a regression fails the job (exit 1). Unset: no A/B
+#   HARNESS_GATE_AB_ARGS  extra `harness ab` options, a word list (e.g. "--budget-s 120
+#                         --metric decode_tps")
 #   HARNESS_SERVICE_URL   the results service; unset: no upload, no comparison
 #   HARNESS_SERVICE_TOKEN its upload token: environment only, never an argument
 #   HARNESS_SOURCE        a llama.cpp tree to build instead of the pinned source
@@ -134,6 +143,40 @@ suites_rc=0
   "${run_args[@]}" "$@") || suites_rc=$?
 echo "gate: suites exit $suites_rc" >&2
 
+# -- 2b. the paired A/B against a baseline build ------------------------------------
+ab_rc=0
+ab_baseline=${HARNESS_GATE_AB_BASELINE:-}
+if [ -n "$ab_baseline" ]; then
+  if [ "$runner" = container ]; then candidate=$image; else candidate=$binary; fi
+  ab_source=()
+  if [ "$ab_baseline" != pin ]; then
+    if [ -z "${HARNESS_SOURCE:-}" ]; then
+      echo "gate: HARNESS_GATE_AB_BASELINE=$ab_baseline is a git ref, which needs" \
+           "HARNESS_SOURCE (the llama.cpp checkout it is a ref of); or use pin" >&2
+      exit 2
+    fi
+    ab_tree=$out/ab-baseline-source
+    rm -rf "$ab_tree"
+    mkdir -p "$ab_tree"
+    # The ref's files only: the build is keyed by their content, so a ref built before
+    # is a cache hit.
+    git -C "$HARNESS_SOURCE" archive "$ab_baseline" | tar -x -C "$ab_tree"
+    ab_source=(--source "$ab_tree")
+  fi
+  # Without --source and HARNESS_SOURCE, `harness build` builds the pinned source.
+  ab_build=(env -u HARNESS_SOURCE harness build --backend "$backend" "${build_args[@]}" "${ab_source[@]}")
+  if [ "$runner" = container ]; then ab_build+=(--container); fi
+  ab_base=$("${ab_build[@]}" | tail -n 1)
+  ab_record=()
+  if [ -f "$run_json" ]; then ab_record=(--record "$run_json"); fi
+  # shellcheck disable=SC2206  # a word list on purpose
+  ab_args=(${HARNESS_GATE_AB_ARGS:-})
+  # Into run.json (uploaded below) and into the report as one more result.
+  harness ab --baseline "$ab_base" --candidate "$candidate" "${ab_record[@]}" \
+    --allure-results "$results" "${ab_args[@]}" | tee "$out/ab.txt" || ab_rc=${PIPESTATUS[0]}
+  echo "gate: A/B against $ab_baseline exit $ab_rc" >&2
+fi
+
 # -- 3. the report artifact -----------------------------------------------------------
 # Its own history file: the runner's shared one would mix branches into the trend (the
 # service keeps one trend per branch and hardware).
@@ -169,7 +212,7 @@ if [ -n "$service" ] && [ "$suites_rc" != 0 ]; then
   printf '\n**The suites failed (pytest exit %s)**: the job fails; the Allure report artifact lists the failures.\n' \
     "$suites_rc" >>"$summary"
 fi
-echo "gate: suites $suites_rc, report $report_rc, upload $upload_rc, compare $compare_rc" >&2
-for rc in "$suites_rc" "$compare_rc" "$upload_rc" "$report_rc"; do
+echo "gate: suites $suites_rc, A/B $ab_rc, report $report_rc, upload $upload_rc, compare $compare_rc" >&2
+for rc in "$suites_rc" "$ab_rc" "$compare_rc" "$upload_rc" "$report_rc"; do
   [ "$rc" = 0 ] || exit "$rc"
 done

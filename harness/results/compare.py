@@ -3,6 +3,11 @@
 Everything here is pure except :func:`select_baseline`, which reads the store. The
 noise rule is :func:`judge`, kept small and cheap so benchmarks can simulate its
 false-alarm and detection rates directly.
+
+A run may also carry its own paired A/B result (``RunRecord.ab``, from ``harness ab
+--record``): two builds measured side by side, decided by its own rule rather than
+against history. The comparison shows it as is, and a metric it calls regressed fails
+the comparison as a regressed figure does.
 """
 
 from __future__ import annotations
@@ -22,12 +27,17 @@ from harness.results.model import (
     Hardware,
     RunRecord,
 )
+from harness.results.rules import (
+    IMPROVED,
+    NOISE_MIN_RUNS,
+    NOISE_THRESHOLD,
+    NOISE_Z,
+    REGRESSED,
+    UNCHANGED,
+)
 from harness.results.store import ResultsStore
 
-# Figure statuses.
-REGRESSED = "regressed"
-IMPROVED = "improved"
-UNCHANGED = "unchanged"
+# Figure statuses: the verdicts of harness/results/rules.py, and two of the history's own.
 NO_BASELINE = "no baseline"
 MISSING_NOW = "missing now"
 
@@ -41,9 +51,9 @@ class NoiseRule:
     values and the figure is not judged at all.
     """
 
-    threshold: float = 0.05
-    z: float = 3.0
-    min_runs: int = 3
+    threshold: float = NOISE_THRESHOLD
+    z: float = NOISE_Z
+    min_runs: int = NOISE_MIN_RUNS
 
     def __post_init__(self) -> None:
         if not self.threshold >= 0:
@@ -153,6 +163,8 @@ class Comparison:
     new_tests: tuple[TestChange, ...] = ()
     removed_tests: tuple[TestChange, ...] = ()
     figure_results: tuple[FigureResult, ...] = field(default=())
+    #: The current run's A/B result (RunRecord.ab), or None.
+    ab: dict[str, Any] | None = None
 
     def figures_with(self, status: str) -> list[FigureResult]:
         return [r for r in self.figure_results if r.status == status]
@@ -166,8 +178,15 @@ class Comparison:
         return self.figures_with(IMPROVED)
 
     @property
+    def ab_regressions(self) -> list[str]:
+        """Metrics the current run's A/B result calls regressed, in METRICS order."""
+        return [name for name, m in _ab_metrics(self.ab) if m["verdict"] == REGRESSED]
+
+    @property
     def regressed(self) -> bool:
-        return bool(self.newly_failing) or bool(self.regressions)
+        # An A/B regression counts like a figure's: both say the candidate build is
+        # slower, and `harness compare` exits 1 on either.
+        return bool(self.newly_failing) or bool(self.regressions) or bool(self.ab_regressions)
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready form; non-finite numbers (a z over a flat baseline) as "inf"."""
@@ -261,6 +280,14 @@ def compare_figures(baseline: Sequence[RunRecord], current: RunRecord,
     return tuple(sorted(results, key=lambda r: (r.label, r.metric)))
 
 
+def _ab_metrics(ab: dict[str, Any] | None) -> list[tuple[str, dict[str, Any]]]:
+    """The A/B result's metrics in METRICS order (the store keeps them sorted by name)."""
+    if ab is None:
+        return []
+    found: dict[str, dict[str, Any]] = ab["metrics"]
+    return [(name, found[name]) for name in METRICS if name in found]
+
+
 def _unit(metric: str) -> str:
     known = METRICS.get(metric)
     return known.unit if known else ""
@@ -284,7 +311,7 @@ def compare(baseline: Sequence[RunRecord], current: RunRecord,
     return Comparison(
         baseline_run_ids=tuple(run.run_id for run in baseline),
         current_run_id=current.run_id, hardware=current.hardware, rule=rule,
-        figure_results=compare_figures(baseline, current, rule), **tests)
+        figure_results=compare_figures(baseline, current, rule), ab=current.ab, **tests)
 
 
 # -- choosing the baseline -----------------------------------------------------
@@ -375,6 +402,8 @@ _TEST_CATEGORIES = (
 
 #: Longest failure message a markdown table cell shows.
 _MESSAGE_CHARS = 160
+#: Longest counter value shown (a greedy completion's text can run to pages).
+_COUNTER_CHARS = 80
 
 
 def _finite_or_text(value: float | None) -> float | str | None:
@@ -414,15 +443,17 @@ def _comparison_json(c: Comparison) -> dict[str, Any]:
                   for name, _ in _TEST_CATEGORIES},
         "figures": [_figure_json(r) for r in c.figure_results],
         "figure_counts": {s: len(c.figures_with(s)) for s in statuses},
+        # As the run record holds it (every number finite, the schema saw to that).
+        "ab": c.ab,
     }
 
 
-def _cell(text: str | None) -> str:
+def _cell(text: str | None, limit: int = _MESSAGE_CHARS) -> str:
     if text is None:
         return "—"
     flat = " ".join(text.split())
-    if len(flat) > _MESSAGE_CHARS:
-        flat = flat[:_MESSAGE_CHARS - 1] + "…"
+    if len(flat) > limit:
+        flat = flat[:limit - 1] + "…"
     return flat.replace("|", "\\|")
 
 
@@ -456,6 +487,8 @@ def _headline(c: Comparison) -> str:
     if c.regressions:
         parts.append(f"{len(c.regressions)} figure regression"
                      f"{'s' if len(c.regressions) != 1 else ''}")
+    if c.ab_regressions:
+        parts.append(f"A/B regression in {', '.join(c.ab_regressions)}")
     return f"## ❌ Regressed: {', '.join(parts)}"
 
 
@@ -475,6 +508,42 @@ def _figure_table(results: Sequence[FigureResult]) -> list[str]:
         lines.append(f"| {_cell(r.label)} | {r.metric} | {_num(j.mean)} ± {_num(j.stdev)}"
                      f"{unit} ({j.n}) | {_num(r.current)}{unit} | {_percent(j.change)} | "
                      f"{_num(j.z)} |")
+    return lines
+
+
+def _ratio(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def _ab_section(ab: dict[str, Any], regressed: Sequence[str]) -> list[str]:
+    """The "Performance A/B" section: per metric ratio and CI, then changed counters."""
+    threshold: float = ab["threshold"]
+    title = "### Performance A/B" + (f": ❌ regressed ({', '.join(regressed)})"
+                                     if regressed else "")
+    lines = [
+        "", title, "",
+        f"Candidate `{_cell(ab['candidate'])}` against baseline `{_cell(ab['baseline'])}`, "
+        f"measured side by side ({ab['design']} design). Ratio is candidate / baseline; "
+        f"regressed (or improved) when the whole 95 % interval is more than "
+        f"{threshold * 100:g} % worse (or better), unchanged when it lies within "
+        f"{threshold * 100:g} %, unknown when the budget ran out first.", "",
+        "| Metric | Ratio | 95 % CI | Pairs | Verdict |", "| --- | --- | --- | --- | --- |",
+    ]
+    for name, m in _ab_metrics(ab):
+        unit = f" ({_unit(name)})" if _unit(name) else ""
+        interval = ("—" if m["ci_low"] is None or m["ci_high"] is None
+                    else f"[{_ratio(m['ci_low'])}, {_ratio(m['ci_high'])}]")
+        verdict = f"**{m['verdict']}**" if m["verdict"] == REGRESSED else m["verdict"]
+        lines.append(f"| {name}{unit} | {_ratio(m['ratio'])} | {interval} | {m['pairs']} | "
+                     f"{verdict} |")
+    changes: list[dict[str, str]] = ab["counter_changes"]
+    if not changes:
+        lines += ["", "No deterministic counter changed."]
+        return lines
+    lines += ["", f"Deterministic counters that changed ({len(changes)}):", "",
+              "| Counter | Baseline | Candidate |", "| --- | --- | --- |"]
+    lines += [f"| `{_cell(ch['name'])}` | {_cell(ch['baseline'], _COUNTER_CHARS)} | "
+              f"{_cell(ch['candidate'], _COUNTER_CHARS)} |" for ch in changes]
     return lines
 
 
@@ -506,4 +575,6 @@ def _comparison_markdown(c: Comparison) -> str:
     if c.figures_with(MISSING_NOW):
         counts.append(f"{len(c.figures_with(MISSING_NOW))} in the baseline but missing now")
     lines += ["", f"Figures: {', '.join(counts)}."]
+    if c.ab is not None:
+        lines += _ab_section(c.ab, c.ab_regressions)
     return "\n".join(lines) + "\n"

@@ -1,8 +1,8 @@
 """``harness compare``: a stored run against its baseline; exit 1 when it regressed.
 
-Exit codes: 0 no regression, 1 regression (a newly failing test or a figure worse
-beyond noise), 2 the comparison could not be made (bad option, unknown run, store
-down, hardware mismatch).
+Exit codes: 0 no regression, 1 regression (a newly failing test, a figure worse
+beyond noise, or a metric the current run's own A/B result calls regressed), 2 the
+comparison could not be made (bad option, unknown run, store down, hardware mismatch).
 
 ``--service URL`` asks the results service (``GET /api/compare``) instead of opening
 the store: CI runners reach the service but not its database. The exit codes are the

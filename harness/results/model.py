@@ -149,9 +149,18 @@ class RunRecord:
     outcomes: tuple[TestOutcome, ...] = ()
     figures: tuple[Figure, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
+    #: The paired A/B comparison ``harness ab --record`` added (harness/ab/report.py's
+    #: record_json: design, threshold, per metric verdict, pairs, ratio and its CI, and
+    #: the deterministic counters that changed), or None. Plain JSON, as the schema's
+    #: ``ab`` property describes it.
+    ab: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         body = asdict(self)
+        # Left out rather than null: a run without an A/B result keeps the run.json it
+        # had before the field existed, byte for byte.
+        if self.ab is None:
+            del body["ab"]
         body["schema"] = RUN_SCHEMA_VERSION
         return body
 

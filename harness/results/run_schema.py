@@ -73,6 +73,17 @@ _MAX_INT32 = 2**31 - 1
 _MAX_DURATION_S = 1e7
 _MAX_FIGURE = 1e15
 
+#: harness/ab's words, copied rather than imported (harness/ab builds on this package):
+#: the designs of harness/ab/design.py's DESIGNS, the verdicts of harness/ab/decision.py.
+#: tests/test_run_schema.py holds them equal.
+AB_DESIGNS = ("interleaved", "duet")
+AB_VERDICTS = ("regressed", "unchanged", "improved", "unknown")
+#: harness ab's --threshold goes up to 0.5 (a 50 % change).
+_MAX_AB_THRESHOLD = 0.5
+#: Counters that changed between two builds: a few dozen in practice (one per buffer
+#: and kind, a few from the completion).
+_MAX_COUNTER_CHANGES = 1000
+
 
 def _text(max_chars: int, *, nullable: bool = False) -> dict[str, Any]:
     return {"type": ["string", "null"] if nullable else "string",
@@ -83,6 +94,34 @@ def _object(required: Iterable[str], properties: dict[str, Any]) -> dict[str, An
     # A closed set of keys: a typo'd field is an error, not a silently dropped value.
     return {"type": "object", "additionalProperties": False,
             "required": list(required), "properties": properties}
+
+
+# A ratio of candidate to baseline (and its interval's bounds): null when too few pairs
+# gave one, never 0 or below (both medians are positive speeds or times).
+_AB_RATIO = {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": _MAX_FIGURE}
+
+#: The run record's ``ab`` object, as harness/ab/report.py's record_json writes it.
+_AB_SCHEMA = _object(
+    ["baseline", "candidate", "design", "threshold", "metrics", "counter_changes"], {
+        "baseline": _text(_TEXT_CHARS),
+        "candidate": _text(_TEXT_CHARS),
+        "design": {"enum": list(AB_DESIGNS)},
+        "threshold": {"type": "number", "exclusiveMinimum": 0,
+                      "maximum": _MAX_AB_THRESHOLD},
+        # Keyed by metric name, only the metrics the harness defines.
+        "metrics": {"type": "object", "additionalProperties": False, "properties": {
+            name: _object(["verdict", "pairs", "ratio", "ci_low", "ci_high"], {
+                "verdict": {"enum": list(AB_VERDICTS)},
+                "pairs": {"type": "integer", "minimum": 0, "maximum": _MAX_INT32},
+                "ratio": _AB_RATIO, "ci_low": _AB_RATIO, "ci_high": _AB_RATIO,
+            }) for name in sorted(METRICS)}},
+        "counter_changes": {"type": "array", "maxItems": _MAX_COUNTER_CHANGES,
+                            "items": _object(["name", "baseline", "candidate"], {
+                                "name": _text(_NAME_CHARS),
+                                "baseline": _text(_TEST_ID_CHARS),
+                                "candidate": _text(_TEST_ID_CHARS),
+                            })},
+    })
 
 
 #: ``run.json`` as :meth:`RunRecord.to_json` writes it. A field added later is optional
@@ -153,6 +192,7 @@ RUN_SCHEMA: dict[str, Any] = {
             "labels": {"type": "object", "maxProperties": _MAX_LABELS,
                        "propertyNames": _text(_NAME_CHARS),
                        "additionalProperties": _text(_TEST_ID_CHARS)},
+            "ab": _AB_SCHEMA,
         }),
 }
 
@@ -235,7 +275,22 @@ def _build(body: Mapping[str, Any]) -> RunRecord:
                              metric=f["metric"], value=float(f["value"]))
                       for f in body.get("figures", ())),
         labels=dict(body.get("labels", {})),
+        ab=_ab(body["ab"]) if "ab" in body else None,
     )
+
+
+def _ab(ab: Mapping[str, Any]) -> dict[str, Any]:
+    """A fresh copy of an accepted ``ab`` object, its numbers floats as record_json's are."""
+    return {
+        "baseline": ab["baseline"], "candidate": ab["candidate"], "design": ab["design"],
+        "threshold": float(ab["threshold"]),
+        "metrics": {name: {"verdict": m["verdict"], "pairs": m["pairs"],
+                           **{k: None if m[k] is None else float(m[k])
+                              for k in ("ratio", "ci_low", "ci_high")}}
+                    for name, m in ab["metrics"].items()},
+        "counter_changes": [{"name": c["name"], "baseline": c["baseline"],
+                             "candidate": c["candidate"]} for c in ab["counter_changes"]],
+    }
 
 
 # -- what the schema cannot say ---------------------------------------------------------
@@ -433,6 +488,7 @@ def _describe(error: ValidationError) -> tuple[str, str]:
         "const": lambda: f"exactly {_show(constraint)}",
         "pattern": lambda: _PATTERN_WORDS.get(constraint, f"text matching /{constraint}/"),
         "minimum": lambda: _range(schema),
+        "exclusiveMinimum": lambda: _range(schema),
         "maximum": lambda: _range(schema),
     }
     if kind in expected:
@@ -450,8 +506,10 @@ def _listed(types: str | list[str]) -> list[str]:
 
 def _range(schema: Mapping[str, Any]) -> str:
     kind = "an integer" if "integer" in _listed(schema.get("type", [])) else "a number"
-    low, high = (schema.get(k) for k in ("minimum", "maximum"))
-    return f"{kind} from {_number(low)} to {_number(high)}"
+    high = _number(schema.get("maximum"))
+    if "exclusiveMinimum" in schema:
+        return f"{kind} above {_number(schema['exclusiveMinimum'])} and at most {high}"
+    return f"{kind} from {_number(schema.get('minimum'))} to {high}"
 
 
 def _number(value: object) -> str:
@@ -521,9 +579,9 @@ _ALL_TYPES = frozenset().union(*_JSON_TYPES.values())
 #: error at import, so RUN_SCHEMA cannot grow a rule the quick check skips.
 _IGNORED_KEYWORDS = frozenset({"$schema", "title", "description", "$comment"})
 _COMPILED_KEYWORDS = frozenset({
-    "type", "enum", "const", "maxLength", "pattern", "minimum", "maximum", "maxItems",
-    "items", "properties", "required", "additionalProperties", "maxProperties",
-    "propertyNames"})
+    "type", "enum", "const", "maxLength", "pattern", "minimum", "exclusiveMinimum",
+    "maximum", "maxItems", "items", "properties", "required", "additionalProperties",
+    "maxProperties", "propertyNames"})
 
 
 def _compile(schema: Mapping[str, Any]) -> _Check:
@@ -591,10 +649,12 @@ def _utf8(text: str) -> bool:
 
 def _number_check(schema: Mapping[str, Any]) -> _Check:
     low, high = schema.get("minimum"), schema.get("maximum")
+    above = schema.get("exclusiveMinimum")
 
     def check(value: object) -> bool:
         number = cast(float, value)
-        return (low is None or number >= low) and (high is None or number <= high)
+        return ((low is None or number >= low) and (above is None or number > above)
+                and (high is None or number <= high))
 
     return check
 

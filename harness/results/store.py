@@ -1,8 +1,9 @@
 """The results store: run records in SQLite or PostgreSQL, one code path for both.
 
 SQLAlchemy Core with portable column types; JSON-shaped parts of a run (hardware,
-build, labels) are kept as JSON text so both backends store them the same way, and
-figures get one column per :class:`FigureKey` field so they can be queried by key.
+build, labels, its A/B result) are kept as JSON text so both backends store them the
+same way, and figures get one column per :class:`FigureKey` field so they can be
+queried by key.
 Every run goes in through :func:`check_run` and comes out through :func:`run_from_json`,
 so both backends keep exactly the runs the ``run.json`` schema accepts.
 
@@ -72,8 +73,8 @@ log = logging.getLogger(__name__)
 #: Bumped whenever a table changes shape, with a step in _MIGRATIONS that brings a store
 #: of the version before up to it and a test that opens such a store
 #: (tests/test_results_store.py). A store written by a newer harness is refused.
-#: 1: runs, outcomes, figures. 2: reports.
-STORE_SCHEMA_VERSION = 2
+#: 1: runs, outcomes, figures. 2: reports. 3: runs.ab.
+STORE_SCHEMA_VERSION = 3
 
 #: How long a SQLite writer waits for another writer's lock before giving up (seconds).
 SQLITE_BUSY_TIMEOUT_S = 60.0
@@ -144,6 +145,9 @@ runs = Table(
     Column("build", Text, nullable=False),
     Column("harness_version", String(), nullable=False),
     Column("labels", Text, nullable=False),
+    # The run's A/B result as JSON text, NULL for a run without one. Text, not a column
+    # per value: nothing queries inside it, and it reads back through the schema whole.
+    Column("ab", Text, nullable=True),
     Index("ix_runs_order", "started_at", "seq"),
     Index("ix_runs_branch", "branch"),
     Index("ix_runs_hardware", "hardware_identity"),
@@ -357,8 +361,15 @@ def _add_reports(conn: Connection) -> None:
     reports.create(conn, checkfirst=True)
 
 
+def _add_ab(conn: Connection) -> None:
+    """2 -> 3: runs.ab, NULL for every run already stored (none had an A/B result)."""
+    # The one ALTER both backends spell alike; a nullable column needs no default, so
+    # neither rewrites the table.
+    conn.execute(text("ALTER TABLE runs ADD COLUMN ab TEXT"))
+
+
 #: Step n brings a store at schema n to n + 1, inside _create_schema's transaction.
-_MIGRATIONS = {1: _add_reports}
+_MIGRATIONS = {1: _add_reports, 2: _add_ab}
 
 
 class ResultsStore:
@@ -565,6 +576,7 @@ def _run_row(run: RunRecord) -> dict[str, Any]:
         "hardware_identity": run.hardware.identity,
         "hardware": _dumps(asdict(run.hardware)), "build": _dumps(asdict(run.build)),
         "harness_version": run.harness_version, "labels": _dumps(run.labels),
+        "ab": None if run.ab is None else _dumps(run.ab),
     }
 
 
@@ -625,13 +637,15 @@ def _load(conn: Connection, rows: Sequence[Any]) -> list[RunRecord]:
     for row in rows:
         run_id = row["run_id"]
         try:
+            # A run without an A/B result has no ``ab`` key, as its run.json has none.
+            ab = {} if row["ab"] is None else {"ab": json.loads(row["ab"])}
             loaded.append(run_from_json({
                 "run_id": run_id, "branch": row["branch"], "commit": row["commit"],
                 "started_at": row["started_at"], "finished_at": row["finished_at"],
                 "hardware": json.loads(row["hardware"]), "build": json.loads(row["build"]),
                 "harness_version": row["harness_version"],
                 "outcomes": found_outcomes[run_id], "figures": found_figures[run_id],
-                "labels": json.loads(row["labels"]),
+                "labels": json.loads(row["labels"]), **ab,
             }, source=f"stored run {run_id!r}"))
         except ValueError as exc:  # RunRecordError, or JSON text that does not parse
             log.warning("results store: skipping run %r, which no longer reads as a run "

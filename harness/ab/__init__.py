@@ -1,0 +1,1 @@
+"""Paired A/B performance gate: interleaved runs of two builds, judged per metric."""

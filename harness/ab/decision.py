@@ -1,0 +1,208 @@
+"""The A/B verdict per metric: did the candidate build get worse, better, or neither?
+
+Pure: samples in, verdicts out. The gate's runner collects paired samples block by
+block and calls :func:`decide_metric` after each block until :func:`all_decided` or
+the budget runs out; what is still ``unknown`` then stays unknown.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from harness.ab.stats import RatioInterval, min_pairs_for, paired_ratio_interval
+from harness.errors import ConfigError, HarnessError
+from harness.results.model import METRICS, Direction
+from harness.results.rules import (
+    AB_BLOCK_SIZE,
+    AB_BUDGET_S,
+    AB_CONFIDENCE,
+    AB_MIN_PAIRS,
+    AB_THRESHOLD,
+    IMPROVED,
+    REGRESSED,
+    UNCHANGED,
+    UNKNOWN,
+)
+
+__all__ = [
+    "AB_BLOCK_SIZE", "AB_BUDGET_S", "AB_CONFIDENCE", "AB_MIN_PAIRS", "AB_THRESHOLD",
+    "IMPROVED", "REGRESSED", "UNCHANGED", "UNKNOWN", "AbRule", "MetricDecision",
+    "all_decided", "decide", "decide_metric", "resampled_false_alarm_rate",
+]
+
+# UNKNOWN: not decided yet: the interval straddles an edge of the threshold band, or
+# there are too few pairs. The defaults are harness/results/rules.py's, beside the
+# history rule's.
+
+
+@dataclass(frozen=True)
+class AbRule:
+    """When the paired A/B comparison calls a metric, and how long it may try.
+
+    ``threshold``: the relative change that matters, as a slowdown: 0.03 is "3 %
+    slower", a throughput ratio below 0.97 or a time ratio above 1/0.97 (see
+    :func:`decide`). ``confidence``: of the ratio's interval. ``min_pairs``: no verdict
+    from fewer pairs, at least what the confidence needs (6 at 95 %). ``budget_s``:
+    wall time per metric before what is undecided stays ``unknown``. ``block_size``:
+    server starts per interleaved block, whole ABBA / BAAB quartets, each giving two
+    pairs.
+    """
+
+    threshold: float = AB_THRESHOLD
+    confidence: float = AB_CONFIDENCE
+    min_pairs: int = AB_MIN_PAIRS
+    budget_s: float = AB_BUDGET_S
+    block_size: int = AB_BLOCK_SIZE
+
+    def __post_init__(self) -> None:
+        # ``not 0 < x < 1`` also refuses NaN.
+        if not 0 < self.threshold < 1:
+            raise ConfigError(f"A/B threshold {self.threshold} must be between 0 and 1, "
+                              "exclusive (a fraction: 0.03 is 3 %)")
+        if not 0.5 <= self.confidence < 1:
+            raise ConfigError(f"A/B confidence {self.confidence} must be at least 0.5 and "
+                              "below 1 (0.95 is 95 %)")
+        needed = min_pairs_for(self.confidence)
+        if self.min_pairs < needed:
+            raise ConfigError(f"A/B min pairs {self.min_pairs} must be at least {needed}: "
+                              f"fewer pairs cannot reach {self.confidence:g} confidence")
+        if not (self.budget_s > 0 and math.isfinite(self.budget_s)):
+            raise ConfigError(f"A/B budget {self.budget_s} s must be a finite number of "
+                              "seconds above 0")
+        if self.block_size < 4 or self.block_size % 4:
+            raise ConfigError(f"A/B block size {self.block_size} must be a positive "
+                              "multiple of 4 (whole ABBA or BAAB quartets)")
+
+    @property
+    def pairs_per_block(self) -> int:
+        """Pairs one block adds: each quartet pairs its two A starts with its two B."""
+        return self.block_size // 2
+
+
+def decide(interval: RatioInterval | None, direction: Direction, rule: AbRule) -> str:
+    """The verdict on a candidate/baseline ratio interval.
+
+    The band of "no change that matters" is [1 - t, 1 / (1 - t)], t the threshold:
+    symmetric in log space, so t = 3 % means "3 % slower" either way: a throughput
+    ratio below 0.97, or a time ratio above 1/0.97 = 1.0309 (the same 3 % fewer
+    completions per second). A plain [1 - t, 1 + t] would make a time 3 % worse a
+    throughput 2.9 % worse.
+
+    regressed: the whole interval is worse than the band (strictly); improved: the
+    whole interval better than it; unchanged: the whole interval inside it (ends
+    included); unknown otherwise, or without an interval, or below ``min_pairs``.
+    """
+    if interval is None or interval.pairs < rule.min_pairs:
+        return UNKNOWN
+    low_edge = 1 - rule.threshold
+    high_edge = 1 / low_edge
+    if direction is Direction.HIGHER_IS_BETTER:
+        worse, better = interval.high < low_edge, interval.low > high_edge
+    else:
+        worse, better = interval.low > high_edge, interval.high < low_edge
+    if worse:
+        return REGRESSED
+    if better:
+        return IMPROVED
+    if low_edge <= interval.low and interval.high <= high_edge:
+        return UNCHANGED
+    return UNKNOWN
+
+
+@dataclass(frozen=True)
+class MetricDecision:
+    """One metric's verdict and the numbers behind it (medians: None without samples)."""
+
+    metric: str
+    verdict: str
+    interval: RatioInterval | None
+    baseline_median: float | None
+    candidate_median: float | None
+    pairs: int
+
+
+def _direction(metric: str) -> Direction:
+    known = METRICS.get(metric)
+    if known is None:
+        raise HarnessError(f"A/B metric {metric!r} is not one the harness defines "
+                           f"({', '.join(sorted(METRICS))}); add it to METRICS in "
+                           "harness/results/model.py with its direction")
+    return known.direction
+
+
+def decide_metric(metric: str, baseline: Sequence[float], candidate: Sequence[float],
+                  rule: AbRule) -> MetricDecision:
+    """Judge ``metric`` from paired samples (baseline[i] and candidate[i] one pair).
+
+    Raises HarnessError for a metric METRICS lacks, or a sample that cannot enter a
+    ratio (not finite, or not above 0), naming the metric and the sample.
+    """
+    direction = _direction(metric)
+    try:
+        interval = paired_ratio_interval(baseline, candidate, rule.confidence)
+    except ValueError as err:
+        raise HarnessError(f"A/B metric {metric}: {err}") from err
+    return MetricDecision(
+        metric=metric, verdict=decide(interval, direction, rule), interval=interval,
+        baseline_median=statistics.median(baseline) if baseline else None,
+        candidate_median=statistics.median(candidate) if candidate else None,
+        pairs=len(baseline))
+
+
+def all_decided(decisions: Iterable[MetricDecision]) -> bool:
+    """Whether every metric has a verdict, so the gate can stop before its budget."""
+    return all(d.verdict != UNKNOWN for d in decisions)
+
+
+def _verdict(sample: Sequence[tuple[float, float]], direction: Direction,
+             rule: AbRule) -> str:
+    interval = paired_ratio_interval([b for b, _ in sample], [c for _, c in sample],
+                                     rule.confidence)
+    return decide(interval, direction, rule)
+
+
+def _sequential_verdict(sample: Sequence[tuple[float, float]], direction: Direction,
+                        rule: AbRule) -> str:
+    # Look as the gate does: after each block, from min_pairs on, stopping at the first
+    # verdict. Every look is a chance of a false alarm, which one fixed-size look misses.
+    step = rule.pairs_per_block
+    for n in range(step, len(sample) + 1, step):
+        if n < rule.min_pairs:
+            continue
+        verdict = _verdict(sample[:n], direction, rule)
+        if verdict != UNKNOWN:
+            return verdict
+    return UNKNOWN
+
+
+def resampled_false_alarm_rate(pairs: Sequence[tuple[float, float]], rule: AbRule,
+                               direction: Direction, *, trials: int,
+                               pairs_per_decision: int, seed: int,
+                               sequential: bool = False) -> float:
+    """The share of decisions that say regressed, on pairs redrawn from an A/A run.
+
+    ``pairs``: recorded (baseline, candidate) samples of one metric where both arms
+    were the same build, so every "regressed" is a false alarm. Each trial draws
+    ``pairs_per_decision`` of them with replacement (``random.Random(seed)``: the same
+    seed gives the same rate) and applies the gate's interval and :func:`decide`.
+    ``sequential``: judge each trial as the gate runs, after every block until the
+    first verdict (looks at whole blocks only: pairs past the last whole block are
+    drawn but not judged), rather than once on all its pairs.
+    """
+    if not pairs:
+        raise ValueError("resampling needs at least one recorded pair")
+    if trials < 1:
+        raise ValueError(f"trials {trials} must be at least 1")
+    if pairs_per_decision < rule.min_pairs:
+        # Every decision would be unknown, and the rate a meaningless 0.
+        raise ValueError(f"pairs per decision {pairs_per_decision} must be at least the "
+                         f"rule's min pairs ({rule.min_pairs})")
+    rng = random.Random(seed)
+    judge = _sequential_verdict if sequential else _verdict
+    alarms = sum(judge(rng.choices(pairs, k=pairs_per_decision), direction, rule)
+                 == REGRESSED for _ in range(trials))
+    return alarms / trials

@@ -1,0 +1,100 @@
+"""The order an A/B comparison starts its servers in, and the pairs it reads back (pure).
+
+Two designs, both pairing each baseline sample with a candidate sample taken in the
+same minute, so drift of the machine (thermal state, other load, the page cache)
+cancels in the pair's ratio instead of landing on one arm:
+
+- ``interleaved``: blocks of four fresh starts, ABBA or BAAB at random, one after the
+  other with every core. Pairs are the block's first two and last two starts. ABBA
+  cancels a linear drift within the block; the coin flip keeps a periodic one from
+  lining up with an arm.
+- ``duet``: both arms at once, each pinned to its own half of the cores (Bulej et al.,
+  "Duet benchmarking", ICPE 2020), which arm gets which half decided by a coin flip per
+  pair. Both arms see the same moment of the machine; each sees half of it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+BASELINE = "baseline"
+CANDIDATE = "candidate"
+INTERLEAVED = "interleaved"
+DUET = "duet"
+DESIGNS = (INTERLEAVED, DUET)
+
+_ORDERS = {"ABBA": (BASELINE, CANDIDATE, CANDIDATE, BASELINE),
+           "BAAB": (CANDIDATE, BASELINE, BASELINE, CANDIDATE)}
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One server start of a block: which arm, and (duet) which half of the cores."""
+
+    arm: str
+    #: Index of the pair the sample belongs to (within the whole comparison).
+    pair: int
+    #: Duet only: 0 or 1, the half of the cores the arm is pinned to.
+    half: int | None = None
+
+
+@dataclass(frozen=True)
+class Block:
+    number: int
+    #: ``ABBA``/``BAAB`` (interleaved) or ``AB``/``BA`` (duet: the arm on half 0 first).
+    order: str
+    #: Interleaved: started one after the other. Duet: the two slots start together.
+    slots: tuple[Slot, ...]
+
+
+def plan_block(design: str, number: int, rng: random.Random) -> Block:
+    """Block ``number`` (from 0) of ``design``; its randomness comes from ``rng`` only."""
+    if design == INTERLEAVED:
+        order = rng.choice(sorted(_ORDERS))
+        arms = _ORDERS[order]
+        first, second = 2 * number, 2 * number + 1
+        return Block(number, order, tuple(Slot(arm, first if i < 2 else second)
+                                          for i, arm in enumerate(arms)))
+    if design == DUET:
+        baseline_half = rng.randrange(2)
+        order = "AB" if baseline_half == 0 else "BA"
+        return Block(number, order, (Slot(BASELINE, number, baseline_half),
+                                     Slot(CANDIDATE, number, 1 - baseline_half)))
+    raise ValueError(f"unknown A/B design {design!r}; one of {', '.join(DESIGNS)}")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What one server start measured, and where it stood in the comparison."""
+
+    arm: str
+    pair: int
+    block: int
+    #: Its place in the order of starts (duet: both of a pair share a block, not this).
+    sequence: int
+    #: Seconds since the comparison began, when the start began.
+    at_s: float
+    values: dict[str, float]
+    counters: dict[str, str]
+    half: int | None = None
+
+
+def paired_values(samples: Sequence[Sample], metric: str) -> tuple[list[float], list[float]]:
+    """(baseline, candidate) values of ``metric``, one entry per complete pair, in order.
+
+    A pair where either start lacks the metric (the server did not report it) is left
+    out whole, so the two lists always line up.
+    """
+    by_pair: dict[int, dict[str, float]] = {}
+    for sample in samples:
+        if metric in sample.values:
+            by_pair.setdefault(sample.pair, {})[sample.arm] = sample.values[metric]
+    baseline, candidate = [], []
+    for pair in sorted(by_pair):
+        arms = by_pair[pair]
+        if BASELINE in arms and CANDIDATE in arms:
+            baseline.append(arms[BASELINE])
+            candidate.append(arms[CANDIDATE])
+    return baseline, candidate

@@ -1,0 +1,103 @@
+"""What an A/B comparison says: the table, the JSON, the run record's ``ab`` object (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.ab.counters import CounterReport, compare_counters, counters_json, counters_markdown
+from harness.ab.decision import MetricDecision
+from harness.ab.design import BASELINE, CANDIDATE
+from harness.ab.runner import AbOutcome, samples_of
+from harness.results.model import METRICS
+
+
+def counter_report(outcome: AbOutcome) -> CounterReport:
+    return compare_counters([s.counters for s in samples_of(outcome, BASELINE)],
+                            [s.counters for s in samples_of(outcome, CANDIDATE)])
+
+
+def _num(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+def _ratio_cells(decision: MetricDecision) -> tuple[str, str]:
+    interval = decision.interval
+    if interval is None:
+        return "-", "-"
+    return f"{interval.ratio:.3f}", f"[{interval.low:.3f}, {interval.high:.3f}]"
+
+
+def table(outcome: AbOutcome) -> str:
+    """The plain-text table ``harness ab`` prints, with the counters below it."""
+    rows = [("metric", "baseline median", "candidate median", "ratio", "95% CI", "pairs",
+             "verdict", "decided after")]
+    for decision in outcome.decisions:
+        unit = METRICS[decision.metric].unit
+        ratio, interval = _ratio_cells(decision)
+        after = outcome.decided_after_s.get(decision.metric)
+        rows.append((f"{decision.metric} ({unit})", _num(decision.baseline_median),
+                     _num(decision.candidate_median), ratio, interval, str(decision.pairs),
+                     decision.verdict, f"{after:.0f} s" if after is not None else "-"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+             .rstrip() for row in rows]
+    settings = outcome.settings
+    head = (f"A/B: candidate {outcome.candidate.describe()} against baseline "
+            f"{outcome.baseline.describe()}\n"
+            f"fixture {settings.fixture}, {settings.design} design, "
+            f"{len(outcome.samples)} server starts in {outcome.blocks} blocks, "
+            f"{outcome.elapsed_s:.0f} s; threshold {settings.rule.threshold:.1%}, budget "
+            f"{settings.rule.budget_s:.0f} s, seed {outcome.seed}")
+    return "\n".join([head, "", *lines, "", counters_markdown(counter_report(outcome))])
+
+
+def _decision_json(decision: MetricDecision, decided_after: float | None) -> dict[str, Any]:
+    interval = decision.interval
+    return {
+        "metric": decision.metric, "unit": METRICS[decision.metric].unit,
+        "verdict": decision.verdict, "pairs": decision.pairs,
+        "baseline_median": decision.baseline_median,
+        "candidate_median": decision.candidate_median,
+        "ratio": interval.ratio if interval else None,
+        "ci_low": interval.low if interval else None,
+        "ci_high": interval.high if interval else None,
+        "confidence": interval.confidence if interval else None,
+        "decided_after_s": decided_after,
+    }
+
+
+def outcome_json(outcome: AbOutcome) -> dict[str, Any]:
+    """Everything: settings, decisions, counters, and every sample in its order."""
+    settings = outcome.settings
+    return {
+        "baseline": outcome.baseline.describe(), "candidate": outcome.candidate.describe(),
+        "fixture": settings.fixture, "design": settings.design, "seed": outcome.seed,
+        "threshold": settings.rule.threshold, "budget_s": settings.rule.budget_s,
+        "confidence": settings.rule.confidence, "elapsed_s": outcome.elapsed_s,
+        "blocks": outcome.blocks, "regressed": outcome.regressed,
+        "metrics": [_decision_json(d, outcome.decided_after_s.get(d.metric))
+                    for d in outcome.decisions],
+        "counters": counters_json(counter_report(outcome)),
+        "samples": [{"sequence": s.sequence, "arm": s.arm, "pair": s.pair, "block": s.block,
+                     "at_s": s.at_s, "half": s.half, "values": s.values,
+                     "counters": s.counters} for s in outcome.samples],
+    }
+
+
+def record_json(outcome: AbOutcome) -> dict[str, Any]:
+    """The run record's ``ab`` object: per metric ratio, CI bounds, verdict, pairs."""
+    report = counter_report(outcome)
+    return {
+        "baseline": outcome.baseline.describe()[:1024],
+        "candidate": outcome.candidate.describe()[:1024],
+        "design": outcome.settings.design, "threshold": outcome.settings.rule.threshold,
+        "metrics": {d.metric: {"verdict": d.verdict, "pairs": d.pairs,
+                               "ratio": d.interval.ratio if d.interval else None,
+                               "ci_low": d.interval.low if d.interval else None,
+                               "ci_high": d.interval.high if d.interval else None}
+                    for d in outcome.decisions},
+        "counter_changes": [{"name": c.name, "baseline": c.baseline[:4096],
+                             "candidate": c.candidate[:4096]} for c in report.changed],
+    }

@@ -1,0 +1,295 @@
+"""Running an A/B comparison: fresh servers of both builds, block after block (the I/O).
+
+Each start is one sample of every figure the run record measures for a server:
+``load_s`` (launch to ready), then ``ttft_ms``, ``prompt_tps`` and ``decode_tps`` as
+:func:`harness.perf.measure.measure_speed` takes them for every suite server, and the
+deterministic counters (startup log, one greedy completion). Both arms get the same
+launch spec — model, context, threads — so the build is the only difference.
+
+After each block every metric still undecided is decided on the pairs so far; a
+metric's first decisive verdict is final (the sequential stop). The comparison ends
+when every metric is decided, or when the next block would not fit in the budget;
+what is undecided then is ``unknown``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from harness.ab.counters import read_counters
+from harness.ab.decision import REGRESSED, UNKNOWN, AbRule, MetricDecision, decide_metric
+from harness.ab.design import (
+    BASELINE,
+    CANDIDATE,
+    DUET,
+    INTERLEAVED,
+    Block,
+    Sample,
+    Slot,
+    paired_values,
+    plan_block,
+)
+from harness.client import ServerClient, shared_pool
+from harness.errors import ConfigError
+from harness.perf.keys import DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS, DEFAULT_REPETITIONS
+from harness.perf.measure import measure_speed, prompt_ids
+from harness.planning.launch import LaunchSpec
+from harness.runners.container_runner import ContainerRunner
+from harness.runners.subprocess_runner import SubprocessRunner, SubprocessServer
+from harness.supervise.readiness import ready_or_stopped
+
+#: What ``harness ab`` measures unless told otherwise, in the order it prints them.
+AB_METRICS = ("decode_tps", "prompt_tps", "ttft_ms", "load_s")
+#: Tokens of the greedy completion whose text is a deterministic counter.
+GREEDY_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One side of the comparison: a binary (started as a child) or an image."""
+
+    label: str
+    binary: Path | None = None
+    image: str | None = None
+
+    def describe(self) -> str:
+        return str(self.binary) if self.binary is not None else f"image {self.image}"
+
+
+@dataclass(frozen=True)
+class AbSettings:
+    model: Path
+    fixture: str
+    metrics: tuple[str, ...] = AB_METRICS
+    rule: AbRule = field(default_factory=AbRule)
+    design: str = INTERLEAVED
+    ctx_size: int = 512
+    #: ``--threads`` of every server; None: all cores (interleaved), half (duet).
+    threads: int | None = None
+    n_prompt: int = DEFAULT_PROMPT_TOKENS
+    n_gen: int = DEFAULT_GEN_TOKENS
+    repetitions: int = DEFAULT_REPETITIONS
+    seed: int | None = None
+
+
+@dataclass
+class AbProgress:
+    """What is known after a block: the samples, and each metric's decision so far."""
+
+    samples: list[Sample]
+    decisions: dict[str, MetricDecision]
+    #: Seconds from the start to each metric's decisive verdict.
+    decided_after_s: dict[str, float]
+    elapsed_s: float
+    blocks: int
+
+
+@dataclass(frozen=True)
+class AbOutcome:
+    baseline: Arm
+    candidate: Arm
+    settings: AbSettings
+    seed: int
+    samples: tuple[Sample, ...]
+    decisions: tuple[MetricDecision, ...]
+    decided_after_s: dict[str, float]
+    elapsed_s: float
+    blocks: int
+    #: The log files of every server, in start order, for a look when a verdict surprises.
+    log_dir: Path | None = None
+
+    @property
+    def regressed(self) -> bool:
+        return any(d.verdict == REGRESSED for d in self.decisions)
+
+
+def _check(baseline: Arm, candidate: Arm, settings: AbSettings) -> None:
+    if settings.design == DUET and (baseline.binary is None or candidate.binary is None):
+        raise ConfigError("the duet design pins each arm's server to half of the cores, "
+                          "which needs host processes: give binaries or builds, or use "
+                          "--design interleaved for images")
+    if settings.design == DUET and (os.cpu_count() or 1) < 2:
+        raise ConfigError("the duet design needs at least two cores (one half per arm); "
+                          "use --design interleaved")
+
+
+def _cores() -> list[int]:
+    return sorted(os.sched_getaffinity(0))
+
+
+def _halves() -> tuple[set[int], set[int]]:
+    cores = _cores()
+    middle = len(cores) // 2
+    return set(cores[:middle]), set(cores[middle:])
+
+
+def _pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of ``pid`` onto ``cpus``; threads made later inherit the mask."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), cpus)
+        except (ProcessLookupError, PermissionError):
+            continue  # a thread that ended between listing and pinning
+
+
+class _Starter:
+    """Starts and measures one server of an arm; owns the arm's runner."""
+
+    def __init__(self, arm: Arm, settings: AbSettings, log_dir: Path, threads: int,
+                 env: dict[str, str] | None) -> None:
+        self._arm = arm
+        self._settings = settings
+        self._spec = LaunchSpec(model=settings.model, ctx_size=settings.ctx_size,
+                                threads=threads)
+        self._runner: SubprocessRunner | ContainerRunner
+        if arm.binary is not None:
+            self._runner = SubprocessRunner(arm.binary, log_dir / arm.label, env=env)
+        else:
+            assert arm.image is not None
+            self._runner = ContainerRunner(arm.image, log_dir / arm.label, env=env)
+
+    def measure(self, cpus: set[int] | None) -> tuple[dict[str, float], dict[str, str]]:
+        launched = time.monotonic()
+        server = self._runner.launch(self._spec)
+        pid = server.pid if isinstance(server, SubprocessServer) else None
+        if cpus is not None and pid is not None:
+            _pin(pid, cpus)
+        ready_or_stopped(server, self._runner.conditions, self._runner.ready_timeout_s)
+        values: dict[str, float] = {"load_s": time.monotonic() - launched}
+        try:
+            if cpus is not None and pid is not None:
+                _pin(pid, cpus)  # again: the threads the model load made
+            settings = self._settings
+            speed = measure_speed(server.base_url, settings.n_prompt, settings.n_gen,
+                                  settings.repetitions)
+            for name, value in (("ttft_ms", speed.ttft_ms), ("prompt_tps", speed.prompt_tps),
+                                ("decode_tps", speed.decode_tps)):
+                if value is not None:
+                    values[name] = value
+            counters = read_counters(server.log_text(), _greedy(server.base_url))
+        finally:
+            server.stop()
+        return values, counters
+
+
+def _greedy(base_url: str) -> dict[str, Any]:
+    with ServerClient(base_url, http=shared_pool()) as client:
+        return client.completion(prompt_ids(16), n_predict=GREEDY_TOKENS, temperature=0.0,
+                                 seed=0).raw
+
+
+def _threads(settings: AbSettings) -> int:
+    if settings.threads is not None:
+        return settings.threads
+    cores = len(_cores())
+    return max(1, cores // 2) if settings.design == DUET else cores
+
+
+def run_ab(baseline: Arm, candidate: Arm, settings: AbSettings, *,
+           env: dict[str, dict[str, str]] | None = None,
+           on_block: Callable[[AbProgress], None] | None = None,
+           log_dir: Path | None = None) -> AbOutcome:
+    """Compare ``candidate`` with ``baseline`` until decided or out of budget.
+
+    ``env``: per arm label (``baseline``/``candidate``), the environment its servers
+    get (None: this process's). Servers' logs go under ``log_dir`` (a temporary folder,
+    removed afterwards, when None).
+    """
+    _check(baseline, candidate, settings)
+    if log_dir is not None:
+        return _run(baseline, candidate, settings, env=env or {}, on_block=on_block,
+                    log_dir=log_dir)
+    with tempfile.TemporaryDirectory(prefix="harness-ab-") as temp:
+        outcome = _run(baseline, candidate, settings, env=env or {}, on_block=on_block,
+                       log_dir=Path(temp))
+    return replace(outcome, log_dir=None)
+
+
+def _run(baseline: Arm, candidate: Arm, settings: AbSettings, *,
+         env: dict[str, dict[str, str]], on_block: Callable[[AbProgress], None] | None,
+         log_dir: Path) -> AbOutcome:
+    seed = settings.seed if settings.seed is not None else random.SystemRandom().randrange(
+        2**32)
+    rng = random.Random(seed)
+    threads = _threads(settings)
+    starters = {arm.label: _Starter(arm, settings, log_dir, threads, env.get(arm.label))
+                for arm in (replace(baseline, label=BASELINE),
+                            replace(candidate, label=CANDIDATE))}
+    samples: list[Sample] = []
+    frozen: dict[str, MetricDecision] = {}
+    decided_after: dict[str, float] = {}
+    started = time.monotonic()
+    block_times: list[float] = []
+    number = 0
+    current: dict[str, MetricDecision] = {}
+    while True:
+        block = plan_block(settings.design, number, rng)
+        block_started = time.monotonic()
+        samples += _run_block(block, starters, started, len(samples))
+        block_times.append(time.monotonic() - block_started)
+        elapsed = time.monotonic() - started
+        for metric in settings.metrics:
+            if metric in frozen:
+                continue
+            decision = decide_metric(metric, *paired_values(samples, metric), settings.rule)
+            current[metric] = decision
+            if decision.verdict != UNKNOWN:
+                frozen[metric] = decision
+                decided_after[metric] = elapsed
+        number += 1
+        decisions = {metric: frozen.get(metric, current[metric]) for metric in settings.metrics}
+        if on_block is not None:
+            on_block(AbProgress(samples, decisions, dict(decided_after), elapsed, number))
+        # Stop when decided, or when another block (as long as the slowest so far) would
+        # end past the budget.
+        if len(frozen) == len(settings.metrics):
+            break
+        if elapsed + max(block_times) > settings.rule.budget_s:
+            break
+    return AbOutcome(baseline=baseline, candidate=candidate, settings=settings, seed=seed,
+                     samples=tuple(samples),
+                     decisions=tuple(decisions[m] for m in settings.metrics),
+                     decided_after_s=decided_after, elapsed_s=time.monotonic() - started,
+                     blocks=number, log_dir=log_dir)
+
+
+def _run_block(block: Block, starters: dict[str, _Starter], started: float,
+               sequence: int) -> list[Sample]:
+    if all(slot.half is None for slot in block.slots):
+        found = []
+        for offset, slot in enumerate(block.slots):
+            at = time.monotonic() - started
+            found.append(_sample(slot, block, sequence=sequence + offset, at=at,
+                                 measured=starters[slot.arm].measure(None)))
+        return found
+    halves = _halves()
+    at = time.monotonic() - started
+    # Both arms at once: a barrier would not help (start-up takes a different time per
+    # build); each measures its own server on its own cores in the same seconds.
+    with ThreadPoolExecutor(max_workers=len(block.slots)) as pool:
+        futures = [pool.submit(starters[slot.arm].measure,
+                               halves[slot.half] if slot.half is not None else None)
+                   for slot in block.slots]
+        results = [future.result() for future in futures]
+    return [_sample(slot, block, sequence=sequence + offset, at=at, measured=measured)
+            for offset, (slot, measured) in enumerate(zip(block.slots, results, strict=True))]
+
+
+def _sample(slot: Slot, block: Block, *, sequence: int, at: float,
+            measured: tuple[dict[str, float], dict[str, str]]) -> Sample:
+    values, counters = measured
+    return Sample(arm=slot.arm, pair=slot.pair, block=block.number, sequence=sequence,
+                  at_s=at, values=values, counters=counters, half=slot.half)
+
+
+def samples_of(outcome: AbOutcome, arm: str) -> Sequence[Sample]:
+    return [sample for sample in outcome.samples if sample.arm == arm]
+

@@ -1,0 +1,93 @@
+"""``harness ab`` against the real server: two builds side by side, decided per metric.
+
+The A/A case (the pinned build as both arms) must not be a regression; the slowed
+build (harness/builds/slowed.py: a busy wait after each sampled token) made 30 %
+slower must be one, with exit 1 and the result added to a run.json. The slowed build
+is one more CPU build of the pinned source with a small patch, made once in the cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from results_fixtures import make_run
+
+from harness.builds.slowed import SLOW_DECODE_ENV, ensure_slowed_build, wait_for_slowdown
+from harness.builds.under_test import BuildUnderTest
+from harness.paths import cache_root
+from harness.results.run_schema import parse_run_json
+
+HARNESS = str(Path(sys.executable).with_name("harness"))
+
+
+def _ab(*args: str, env: dict[str, str] | None = None,
+        timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([HARNESS, "ab", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, check=False)
+
+
+@pytest.mark.server
+def test_the_same_build_twice_is_not_a_regression(harness_build: BuildUnderTest) -> None:
+    key = str(harness_build.binary)
+    result = _ab("--baseline", key, "--candidate", key, "--metric", "decode_tps",
+                 "--metric", "load_s", "--budget-s", "25", "--seed", "4", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    body = json.loads(result.stdout)
+    verdicts = {m["metric"]: m["verdict"] for m in body["metrics"]}
+    assert set(verdicts) == {"decode_tps", "load_s"}
+    assert "regressed" not in verdicts.values()
+    samples = body["samples"]
+    assert len(samples) >= 4
+    assert [s["sequence"] for s in samples] == list(range(len(samples)))
+    assert {s["arm"] for s in samples} == {"baseline", "candidate"}
+    assert all(s["values"]["decode_tps"] > 0 for s in samples)
+    # Same binary: every deterministic counter agrees, the greedy text among them.
+    assert body["counters"]["changed"] == []
+    assert "greedy_text" in body["counters"]["unchanged"]
+    assert "block 1:" in result.stderr  # progress after each block
+
+
+@pytest.mark.server
+def test_the_duet_design_pins_the_arms_to_opposite_halves(
+        harness_build: BuildUnderTest) -> None:
+    key = str(harness_build.binary)
+    result = _ab("--baseline", key, "--candidate", key, "--metric", "decode_tps",
+                 "--design", "duet", "--budget-s", "10", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    body = json.loads(result.stdout)
+    assert body["design"] == "duet"
+    for pair in {s["pair"] for s in body["samples"]}:
+        halves = {s["arm"]: s["half"] for s in body["samples"] if s["pair"] == pair}
+        assert set(halves.values()) == {0, 1}
+
+
+def test_an_unknown_build_is_exit_2_naming_it() -> None:
+    result = _ab("--baseline", "no-such-build-key", "--candidate", "no-such-build-key")
+    assert result.returncode == 2
+    assert "no-such-build-key" in result.stderr
+
+
+@pytest.mark.server
+@pytest.mark.alone
+def test_a_slowed_candidate_is_a_regression_and_is_recorded(
+        harness_build: BuildUnderTest, tmp_path: Path) -> None:
+    slowed = ensure_slowed_build(cache_root()).binary
+    run_json = tmp_path / "run.json"
+    run_json.write_text(json.dumps(make_run("ab-slowed").to_json()))
+    # 30 % of the bench fixture's decode time, from a rough speed: the exact figure is
+    # not the point here, a slowdown far past the 3 % threshold is.
+    env = {**os.environ, SLOW_DECODE_ENV: str(wait_for_slowdown(0.30, 800.0))}
+    result = _ab("--baseline", str(harness_build.binary), "--candidate", str(slowed),
+                 "--metric", "decode_tps", "--budget-s", "120", "--record", str(run_json),
+                 env=env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "regressed" in result.stdout
+    ab = parse_run_json(run_json.read_bytes()).to_json()["ab"]
+    decode = ab["metrics"]["decode_tps"]
+    assert decode["verdict"] == "regressed"
+    assert decode["ci_high"] < 0.97

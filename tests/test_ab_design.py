@@ -1,0 +1,149 @@
+"""The A/B comparison's block plans, pairing and outputs (pure: no server here).
+
+The real-server run of ``harness ab`` is in tests/test_ab_cli.py.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from results_fixtures import make_run
+
+from harness.ab.allure_result import write_allure_result
+from harness.ab.decision import AbRule, decide_metric
+from harness.ab.design import (
+    BASELINE,
+    CANDIDATE,
+    DUET,
+    INTERLEAVED,
+    Sample,
+    paired_values,
+    plan_block,
+)
+from harness.ab.report import outcome_json, record_json, table
+from harness.ab.runner import AbOutcome, AbSettings, Arm
+from harness.results.run_schema import parse_run_json
+
+
+def test_interleaved_blocks_are_abba_or_baab_with_two_pairs_each() -> None:
+    rng = random.Random(7)
+    orders: Counter[str] = Counter()
+    for number in range(200):
+        block = plan_block(INTERLEAVED, number, rng)
+        orders[block.order] += 1
+        arms = "".join("A" if slot.arm == BASELINE else "B" for slot in block.slots)
+        assert arms == block.order
+        assert [slot.pair for slot in block.slots] == [2 * number, 2 * number,
+                                                       2 * number + 1, 2 * number + 1]
+        # Each pair holds one start of each arm.
+        for pair in (2 * number, 2 * number + 1):
+            assert sorted(s.arm for s in block.slots if s.pair == pair) == [BASELINE,
+                                                                            CANDIDATE]
+    assert set(orders) == {"ABBA", "BAAB"}
+    assert 70 < orders["ABBA"] < 130, "the order is a fair coin"
+
+
+def test_duet_blocks_give_the_arms_opposite_halves_by_a_coin() -> None:
+    rng = random.Random(3)
+    halves: Counter[int] = Counter()
+    for number in range(100):
+        block = plan_block(DUET, number, rng)
+        by_arm = {slot.arm: slot.half for slot in block.slots}
+        assert set(by_arm.values()) == {0, 1}
+        assert {slot.pair for slot in block.slots} == {number}
+        baseline_half = by_arm[BASELINE]
+        assert baseline_half is not None
+        halves[baseline_half] += 1
+    assert 30 < halves[0] < 70
+
+
+def test_the_same_seed_plans_the_same_blocks() -> None:
+    first = [plan_block(INTERLEAVED, n, random.Random(5)).order for n in range(3)]
+    again = [plan_block(INTERLEAVED, n, random.Random(5)).order for n in range(3)]
+    assert first == again
+
+
+def test_an_unknown_design_is_refused() -> None:
+    with pytest.raises(ValueError, match="interleaved, duet"):
+        plan_block("abab", 0, random.Random(1))
+
+
+def _sample(arm: str, pair: int, sequence: int, **values: float) -> Sample:
+    return Sample(arm=arm, pair=pair, block=pair // 2, sequence=sequence, at_s=float(sequence),
+                  values=dict(values), counters={"greedy_text": "x"})
+
+
+def test_pairs_line_up_and_a_pair_missing_a_metric_is_left_out_whole() -> None:
+    samples = [
+        _sample(BASELINE, 0, 0, decode_tps=100.0, ttft_ms=10.0),
+        _sample(CANDIDATE, 0, 1, decode_tps=90.0, ttft_ms=11.0),
+        _sample(CANDIDATE, 1, 2, decode_tps=91.0),  # no ttft: the server gave none
+        _sample(BASELINE, 1, 3, decode_tps=101.0, ttft_ms=10.5),
+        _sample(BASELINE, 2, 4, decode_tps=99.0),  # its partner never ran
+    ]
+    assert paired_values(samples, "decode_tps") == ([100.0, 101.0], [90.0, 91.0])
+    assert paired_values(samples, "ttft_ms") == ([10.0], [11.0])
+
+
+def _outcome(tmp_path: Path, slowdown: float, pairs: int = 8) -> AbOutcome:
+    rng = random.Random(11)
+    samples = []
+    for pair in range(pairs):
+        base = 1000.0 * rng.uniform(0.98, 1.02)
+        samples.append(_sample(BASELINE, pair, 2 * pair, decode_tps=base))
+        samples.append(_sample(CANDIDATE, pair, 2 * pair + 1,
+                               decode_tps=base * (1 - slowdown) * rng.uniform(0.995, 1.005)))
+    settings = AbSettings(model=tmp_path / "m.gguf", fixture="bench", metrics=("decode_tps",))
+    decision = decide_metric("decode_tps", *paired_values(samples, "decode_tps"), AbRule())
+    return AbOutcome(baseline=Arm("baseline", binary=tmp_path / "a"),
+                     candidate=Arm("candidate", binary=tmp_path / "b"), settings=settings,
+                     seed=1, samples=tuple(samples), decisions=(decision,),
+                     decided_after_s={"decode_tps": 12.0}, elapsed_s=12.5, blocks=4)
+
+
+def test_a_clear_slowdown_is_regressed_in_every_output(tmp_path: Path) -> None:
+    outcome = _outcome(tmp_path, slowdown=0.10)
+    assert outcome.regressed
+    text = table(outcome)
+    assert "decode_tps (tokens/s)" in text
+    assert "regressed" in text
+    body = outcome_json(outcome)
+    assert body["regressed"] is True
+    assert body["metrics"][0]["verdict"] == "regressed"
+    assert body["metrics"][0]["ci_high"] < 0.97
+    assert [s["sequence"] for s in body["samples"]] == list(range(16))
+    json.dumps(body, allow_nan=False)  # every number finite
+
+
+def test_the_same_speed_is_unchanged_and_not_a_regression(tmp_path: Path) -> None:
+    outcome = _outcome(tmp_path, slowdown=0.0)
+    assert not outcome.regressed
+    assert outcome.decisions[0].verdict == "unchanged"
+
+
+def test_the_record_object_is_accepted_by_the_run_json_schema(tmp_path: Path) -> None:
+    run = make_run("ab-1").to_json()
+    run["ab"] = record_json(_outcome(tmp_path, slowdown=0.10))
+    parsed = parse_run_json(json.dumps(run))
+    assert parsed.to_json()["ab"]["metrics"]["decode_tps"]["verdict"] == "regressed"
+
+
+def test_the_allure_result_has_the_verdicts_the_samples_and_a_plot(tmp_path: Path) -> None:
+    outcome = _outcome(tmp_path, slowdown=0.10)
+    path = write_allure_result(outcome, tmp_path / "allure-results")
+    result = json.loads(path.read_text())
+    assert result["status"] == "failed"
+    assert "decode_tps" in result["statusDetails"]["message"]
+    by_name = {a["name"]: tmp_path / "allure-results" / a["source"]
+               for a in result["attachments"]}
+    assert by_name["paired samples (plot)"].read_bytes().startswith(b"\x89PNG\r\n")
+    rows = by_name["paired samples (table)"].read_text().splitlines()
+    assert rows[0].split("\t") == ["sequence", "block", "pair", "arm", "at_s", "decode_tps"]
+    assert len(rows) == 1 + len(outcome.samples)
+    assert "regressed" in by_name["verdicts"].read_text()
+    passed = write_allure_result(_outcome(tmp_path, slowdown=0.0), tmp_path / "more")
+    assert json.loads(passed.read_text())["status"] == "passed"
