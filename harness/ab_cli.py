@@ -15,7 +15,7 @@ from docker.errors import DockerException
 
 from harness import modelgen
 from harness.ab.decision import AbRule
-from harness.ab.design import DESIGNS
+from harness.ab.design import DESIGNS, DUET, INTERLEAVED
 from harness.ab.report import outcome_json, record_json, table
 from harness.ab.runner import AB_METRICS, AbProgress, AbSettings, Arm, run_ab
 from harness.builds.under_test import resolve_named_build
@@ -26,6 +26,7 @@ from harness.probes.docker_engine import docker_engine, engine_unavailable
 from harness.results.run_schema import parse_run_json
 
 DEFAULT_RULE = AbRule()
+AUTO = "auto"
 
 
 def resolve_arm(name: str, option: str) -> Arm:
@@ -82,9 +83,11 @@ def _record(run_json: Path, ab: dict[str, object]) -> None:
               help="The relative change that counts (0.03 is 3 %).")
 @click.option("--budget-s", type=click.FloatRange(min=1), default=DEFAULT_RULE.budget_s,
               show_default=True, help="Seconds of measuring before undecided is unknown.")
-@click.option("--design", type=click.Choice(DESIGNS), default="interleaved",
-              show_default=True, help="Interleaved ABBA blocks, or both arms at once on "
-              "half the cores each (duet).")
+@click.option("--design", type=click.Choice((AUTO, *DESIGNS)), default=AUTO,
+              show_default=True, help="duet: both arms at once, each on half the cores; "
+              "interleaved: ABBA blocks one start after another; auto: duet for two host "
+              "builds (it decides several times sooner here, see the README), "
+              "interleaved when an arm is an image.")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="--threads of every server [default: all cores; duet: half].")
 @click.option("--seed", type=int, default=None, help="Seed of the block order (printed).")
@@ -110,6 +113,8 @@ def ab_command(*, baseline: str, candidate: str, fixture: str, metrics: tuple[st
     """
     try:
         arms = resolve_arm(baseline, "--baseline"), resolve_arm(candidate, "--candidate")
+        if design == AUTO:
+            design = DUET if all(arm.binary is not None for arm in arms) else INTERLEAVED
         model = modelgen.ensure_fixtures().model(fixture)
         settings = AbSettings(
             model=model, fixture=fixture, metrics=metrics or AB_METRICS,

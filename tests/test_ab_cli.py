@@ -17,9 +17,11 @@ from pathlib import Path
 import pytest
 from results_fixtures import make_run
 
+from harness.builds.container_build import pinned_source_image
 from harness.builds.slowed import SLOW_DECODE_ENV, ensure_slowed_build, wait_for_slowdown
 from harness.builds.under_test import BuildUnderTest
 from harness.paths import cache_root
+from harness.planning.build_plan import BuildRequest
 from harness.results.run_schema import parse_run_json
 
 HARNESS = str(Path(sys.executable).with_name("harness"))
@@ -91,3 +93,18 @@ def test_a_slowed_candidate_is_a_regression_and_is_recorded(
     decode = ab["metrics"]["decode_tps"]
     assert decode["verdict"] == "regressed"
     assert decode["ci_high"] < 0.97
+
+
+@pytest.mark.server
+@pytest.mark.docker
+def test_two_images_are_compared_interleaved(tmp_path: Path) -> None:
+    """An image cannot be pinned to half the cores: auto picks the interleaved design."""
+    image = pinned_source_image(BuildRequest()).image
+    assert image is not None
+    result = _ab("--baseline", image, "--candidate", image, "--metric", "decode_tps",
+                 "--budget-s", "15", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    body = json.loads(result.stdout)
+    assert body["design"] == "interleaved"
+    assert body["candidate"] == f"image {image}"
+    assert len(body["samples"]) >= 4

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,20 @@ def test_the_allure_result_has_the_verdicts_the_samples_and_a_plot(tmp_path: Pat
     assert "regressed" in by_name["verdicts"].read_text()
     passed = write_allure_result(_outcome(tmp_path, slowdown=0.0), tmp_path / "more")
     assert json.loads(passed.read_text())["status"] == "passed"
+
+
+def test_a_changed_counter_is_reported_with_both_values(tmp_path: Path) -> None:
+    outcome = _outcome(tmp_path, slowdown=0.0)
+    changed = tuple(
+        replace(s, counters={**s.counters, "greedy_text": "y", "kv_mib[CPU]": "12.00"
+                             if s.arm == CANDIDATE else "8.00"})
+        for s in outcome.samples)
+    outcome = replace(outcome, samples=changed)
+    text = table(outcome)
+    assert "kv_mib[CPU]" in text
+    assert "8.00" in text
+    assert "12.00" in text
+    body = outcome_json(outcome)
+    assert body["counters"]["changed"] == [
+        {"name": "kv_mib[CPU]", "baseline": "8.00", "candidate": "12.00"}]
+    assert record_json(outcome)["counter_changes"] == body["counters"]["changed"]

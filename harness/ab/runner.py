@@ -30,7 +30,6 @@ from harness.ab.design import (
     BASELINE,
     CANDIDATE,
     DUET,
-    INTERLEAVED,
     Block,
     Sample,
     Slot,
@@ -70,7 +69,7 @@ class AbSettings:
     fixture: str
     metrics: tuple[str, ...] = AB_METRICS
     rule: AbRule = field(default_factory=AbRule)
-    design: str = INTERLEAVED
+    design: str = DUET
     ctx_size: int = 512
     #: ``--threads`` of every server; None: all cores (interleaved), half (duet).
     threads: int | None = None
