@@ -16,6 +16,7 @@ PostgreSQL database made on the server ``$HARNESS_TEST_POSTGRES_URL`` names.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
@@ -91,9 +92,27 @@ def _postgres_database(base_url: str) -> Iterator[str]:
     try:
         yield make_url(base_url).set(database=name).render_as_string(hide_password=False)
     finally:
-        with psycopg.connect(base_url, autocommit=True) as admin:
-            # FORCE: a test that failed may have left connections open.
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        _drop_database(base_url, name)
+
+
+#: How long a dropped test database may stay busy with an autovacuum worker.
+_DROP_DEADLINE_S = 30.0
+
+
+def _drop_database(base_url: str, name: str) -> None:
+    deadline = time.monotonic() + _DROP_DEADLINE_S
+    while True:
+        try:
+            with psycopg.connect(base_url, autocommit=True) as admin:
+                # FORCE: a test that failed may have left connections open.
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            return
+        except psycopg.errors.InsufficientPrivilege:
+            # An autovacuum worker (a superuser's process) had just started on the new
+            # database; FORCE may not end it for this role, but it ends on its own.
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
