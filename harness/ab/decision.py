@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from harness.ab.stats import RatioInterval, min_pairs_for, paired_ratio_interval
 from harness.errors import ConfigError, HarnessError
-from harness.results.model import METRICS, Direction
+from harness.results.model import Direction, metric_direction
 from harness.results.rules import (
     AB_BLOCK_SIZE,
     AB_BUDGET_S,
@@ -125,15 +125,6 @@ class MetricDecision:
     pairs: int
 
 
-def _direction(metric: str) -> Direction:
-    known = METRICS.get(metric)
-    if known is None:
-        raise HarnessError(f"A/B metric {metric!r} is not one the harness defines "
-                           f"({', '.join(sorted(METRICS))}); add it to METRICS in "
-                           "harness/results/model.py with its direction")
-    return known.direction
-
-
 def decide_metric(metric: str, baseline: Sequence[float], candidate: Sequence[float],
                   rule: AbRule) -> MetricDecision:
     """Judge ``metric`` from paired samples (baseline[i] and candidate[i] one pair).
@@ -141,7 +132,7 @@ def decide_metric(metric: str, baseline: Sequence[float], candidate: Sequence[fl
     Raises HarnessError for a metric METRICS lacks, or a sample that cannot enter a
     ratio (not finite, or not above 0), naming the metric and the sample.
     """
-    direction = _direction(metric)
+    direction = metric_direction(metric, "A/B")
     try:
         interval = paired_ratio_interval(baseline, candidate, rule.confidence)
     except ValueError as err:

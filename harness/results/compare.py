@@ -26,6 +26,7 @@ from harness.results.model import (
     FigureKey,
     Hardware,
     RunRecord,
+    metric_direction,
 )
 from harness.results.rules import (
     IMPROVED,
@@ -243,15 +244,6 @@ def run_figures(run: RunRecord) -> dict[FigureId, float]:
     return {fid: statistics.median(values) for fid, values in samples.items()}
 
 
-def _direction(metric: str) -> Direction:
-    known = METRICS.get(metric)
-    if known is None:
-        raise HarnessError(f"figure metric {metric!r} is not one the harness defines "
-                           f"({', '.join(sorted(METRICS))}); add it to METRICS in "
-                           "harness/results/model.py with its direction")
-    return known.direction
-
-
 def compare_figures(baseline: Sequence[RunRecord], current: RunRecord,
                     rule: NoiseRule) -> tuple[FigureResult, ...]:
     """Judge each of ``current``'s figures against the same key and metric in the baseline.
@@ -266,8 +258,8 @@ def compare_figures(baseline: Sequence[RunRecord], current: RunRecord,
         key, metric = fid
         history = [values[fid] for values in per_run if fid in values]
         floor = METRICS[metric].min_change if metric in METRICS else 0.0
-        results.append(FigureResult(key, metric, _unit(metric), value,
-                                    judge(history, value, _direction(metric), rule, floor)))
+        judgement = judge(history, value, metric_direction(metric), rule, floor)
+        results.append(FigureResult(key, metric, _unit(metric), value, judgement))
     gone = {fid for values in per_run for fid in values} - now.keys()
     for fid in gone:
         key, metric = fid

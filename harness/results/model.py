@@ -10,6 +10,8 @@ import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from harness.errors import HarnessError
+
 RUN_SCHEMA_VERSION = 1
 
 
@@ -50,6 +52,16 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("peak_vram_mib", "MiB", Direction.LOWER_IS_BETTER,
            "peak GPU memory of the server process (NVML or AMD SMI)", min_change=16.0),
 )}
+
+
+def metric_direction(metric: str, what: str = "figure") -> Direction:
+    """Which way ``metric`` gets worse; an unknown one is an error naming ``what`` it is."""
+    known = METRICS.get(metric)
+    if known is None:
+        raise HarnessError(f"{what} metric {metric!r} is not one the harness defines "
+                           f"({', '.join(sorted(METRICS))}); add it to METRICS in "
+                           "harness/results/model.py with its direction")
+    return known.direction
 
 
 @dataclass(frozen=True)
