@@ -1,11 +1,11 @@
 """How good is ``harness ab`` on this machine? False alarms, detection, time to decide.
 
     .venv/bin/python benchmarks/ab_detection.py [--aa 60] [--slowdowns 0.10,0.05]
-        [--ab 30] [--log ab-detection.jsonl] [--design interleaved] [--budget-s 180]
+        [--ab 30] [--log ab-detection.jsonl] [--design duet] [--budget-s 180]
 
 (a) A/A: the pinned CPU build as both arms, ``--aa`` decisions; a false alarm is a
     metric judged ``regressed``. Printed per metric with its Wilson 95 % interval, and
-    for decode speed also the rate estimated by resampling all recorded A/A pairs.
+    for each metric also the rate estimated by resampling all recorded A/A pairs.
 (b) A/B: the pinned build against the slowed build (harness/builds/slowed.py: a busy
     wait after each sampled token, its length from HARNESS_SLOW_DECODE_US) at each
     ``--slowdowns`` fraction, ``--ab`` decisions each; the wait is computed from the
@@ -34,7 +34,7 @@ from typing import Any
 
 from harness import modelgen
 from harness.ab.decision import REGRESSED, AbRule, resampled_false_alarm_rate
-from harness.ab.design import DESIGNS, INTERLEAVED, paired_values
+from harness.ab.design import DESIGNS, DUET, paired_values
 from harness.ab.report import outcome_json
 from harness.ab.runner import AB_METRICS, AbSettings, Arm, run_ab
 from harness.ab.stats import wilson_interval
@@ -77,13 +77,13 @@ def _decide(baseline: Arm, candidate: Arm, settings: AbSettings,
                         for s in body["samples"]]}
 
 
-def _decode_pairs(entries: list[dict[str, Any]]) -> Iterator[tuple[float, float]]:
+def _pairs(entries: list[dict[str, Any]], metric: str) -> Iterator[tuple[float, float]]:
     for entry in entries:
         by_pair: dict[int, dict[str, float]] = {}
         for sample in entry["samples"]:
-            if "decode_tps" in sample["values"]:
+            if metric in sample["values"]:
                 by_pair.setdefault(sample["pair"], {})[sample["arm"]] = (
-                    sample["values"]["decode_tps"])
+                    sample["values"][metric])
         for arms in by_pair.values():
             if len(arms) == 2:
                 yield arms["baseline"], arms["candidate"]
@@ -113,7 +113,7 @@ def _report(entries: list[dict[str, Any]], rule: AbRule, slowdowns: list[float])
         unknown = sum(e["verdicts"].get(metric) == "unknown" for e in aa)
         print(f"  {metric:11} false alarms {_rate(hits, len(aa))}; unknown {unknown}; "
               f"decision {_median_decision(aa, metric)}")
-    pairs = list(_decode_pairs(aa))
+    pairs = list(_pairs(aa, "decode_tps"))
     if len(pairs) > 2:
         spread = statistics.stdev(math.log(c / b) for b, c in pairs)
         seconds = sum(e["elapsed_s"] for e in aa) / len(pairs)
@@ -122,18 +122,25 @@ def _report(entries: list[dict[str, Any]], rule: AbRule, slowdowns: list[float])
         print(f"  decode_tps pairs: log-ratio spread {spread:.2%}, {seconds:.1f} s per pair, "
               f"spread x sqrt(s per pair) {spread * math.sqrt(seconds):.4f} "
               f"(design {aa[0].get('design', '?')})")
-    if pairs:
-        per_decision = int(statistics.median(e["pairs"]["decode_tps"] for e in aa))
+    for metric in AB_METRICS:
+        recorded = list(_pairs(aa, metric))
+        if len(recorded) < rule.min_pairs:
+            continue
+        per_decision = int(statistics.median(e["pairs"][metric] for e in aa))
+        per_decision = max(per_decision, rule.min_pairs)
+        # Judged as the gate judges: after every block, with the metric's floor.
         rate = resampled_false_alarm_rate(
-            pairs, rule, METRICS["decode_tps"].direction, trials=4000,
-            pairs_per_decision=max(per_decision, rule.min_pairs), seed=1)
-        print(f"  decode_tps false alarms by resampling {len(pairs)} recorded pairs "
-              f"({per_decision} per decision, 4000 draws): {rate:.2%}")
+            recorded, rule, METRICS[metric].direction, trials=4000,
+            pairs_per_decision=per_decision, seed=1, sequential=True,
+            min_change=METRICS[metric].min_change)
+        print(f"  {metric:11} false alarms by resampling {len(recorded)} recorded pairs "
+              f"({per_decision} per decision, looks every {rule.pairs_per_block}, 4000 "
+              f"draws): {rate:.2%}")
     for fraction in slowdowns:
         case = [e for e in entries if e["case"] == f"ab-{fraction:g}"]
         if not case:
             continue
-        ratios = [c / b for b, c in _decode_pairs(case)]
+        ratios = [c / b for b, c in _pairs(case, "decode_tps")]
         true = 1 - statistics.median(ratios) if ratios else float("nan")
         hits = sum(e["verdicts"].get("decode_tps") == REGRESSED for e in case)
         target = TARGET_DETECTION.get(fraction)
@@ -151,7 +158,7 @@ def main() -> None:
     parser.add_argument("--ab", type=int, default=30)
     parser.add_argument("--slowdowns", default="0.10,0.05")
     parser.add_argument("--log", type=Path, default=Path("ab-detection.jsonl"))
-    parser.add_argument("--design", choices=DESIGNS, default=INTERLEAVED)
+    parser.add_argument("--design", choices=DESIGNS, default=DUET)
     parser.add_argument("--budget-s", type=float, default=AbRule().budget_s)
     parser.add_argument("--wait", action="append", default=[], metavar="FRACTION=US",
                         help="use this wait for that slowdown instead of calibrating one "

@@ -26,7 +26,8 @@ from harness.ab.design import (
     plan_block,
 )
 from harness.ab.report import outcome_json, record_json, table
-from harness.ab.runner import AbOutcome, AbSettings, Arm
+from harness.ab.runner import AbOutcome, AbSettings, Arm, run_ab
+from harness.errors import ConfigError
 from harness.results.run_schema import parse_run_json
 
 
@@ -52,7 +53,7 @@ def test_duet_blocks_give_the_arms_opposite_halves_by_a_coin() -> None:
     rng = random.Random(3)
     halves: Counter[int] = Counter()
     for number in range(100):
-        block = plan_block(DUET, number, rng)
+        block = plan_block(DUET, number, rng, starts=2)
         by_arm = {slot.arm: slot.half for slot in block.slots}
         assert set(by_arm.values()) == {0, 1}
         assert {slot.pair for slot in block.slots} == {number}
@@ -60,6 +61,50 @@ def test_duet_blocks_give_the_arms_opposite_halves_by_a_coin() -> None:
         assert baseline_half is not None
         halves[baseline_half] += 1
     assert 30 < halves[0] < 70
+
+
+def test_a_longer_interleaved_block_is_several_quartets_numbered_on() -> None:
+    rng = random.Random(11)
+    for number in range(20):
+        block = plan_block(INTERLEAVED, number, rng, starts=8)
+        assert len(block.slots) == 8
+        first, second = block.order.split("+")
+        arms = "".join("A" if slot.arm == BASELINE else "B" for slot in block.slots)
+        assert arms == first + second
+        assert [slot.pair for slot in block.slots] == [
+            4 * number, 4 * number, 4 * number + 1, 4 * number + 1,
+            4 * number + 2, 4 * number + 2, 4 * number + 3, 4 * number + 3]
+
+
+def test_a_duet_block_of_four_starts_is_two_pairs_each_with_its_own_coin() -> None:
+    rng = random.Random(12)
+    orders: Counter[str] = Counter()
+    for number in range(100):
+        block = plan_block(DUET, number, rng, starts=4)
+        assert [slot.pair for slot in block.slots] == [2 * number] * 2 + [2 * number + 1] * 2
+        for pair in (2 * number, 2 * number + 1):
+            halves = {slot.arm: slot.half for slot in block.slots if slot.pair == pair}
+            assert set(halves) == {BASELINE, CANDIDATE}
+            assert set(halves.values()) == {0, 1}
+        orders[block.order] += 1
+    # Four combinations of two coins, none missing.
+    assert set(orders) == {"AB+AB", "AB+BA", "BA+AB", "BA+BA"}
+
+
+@pytest.mark.parametrize(("design", "starts"), [(INTERLEAVED, 2), (INTERLEAVED, 6),
+                                                (DUET, 3), (DUET, 0)])
+def test_a_block_of_broken_quartets_or_pairs_is_refused(design: str, starts: int) -> None:
+    with pytest.raises(ValueError, match=f"{starts} starts"):
+        plan_block(design, 0, random.Random(1), starts=starts)
+
+
+def test_an_interleaved_comparison_refuses_a_block_of_broken_quartets(tmp_path: Path) -> None:
+    # Refused before any server starts: the arms' binaries do not even exist.
+    settings = AbSettings(model=tmp_path / "m.gguf", fixture="bench", design=INTERLEAVED,
+                          rule=AbRule(block_size=6))
+    with pytest.raises(ConfigError, match="block size 6: an interleaved block"):
+        run_ab(Arm("baseline", binary=tmp_path / "a"), Arm("candidate", binary=tmp_path / "b"),
+               settings)
 
 
 def test_the_same_seed_plans_the_same_blocks() -> None:

@@ -26,6 +26,7 @@ from harness.ab.decision import (
     all_decided,
     decide,
     decide_metric,
+    effective_threshold,
     resampled_false_alarm_rate,
 )
 from harness.ab.stats import (
@@ -39,7 +40,7 @@ from harness.ab.stats import (
 )
 from harness.errors import ConfigError, HarnessError
 from harness.results import rules
-from harness.results.model import Direction
+from harness.results.model import METRICS, Direction
 
 HIGHER = Direction.HIGHER_IS_BETTER
 LOWER = Direction.LOWER_IS_BETTER
@@ -317,6 +318,7 @@ def test_rule_defaults_are_the_module_constants() -> None:
             RULE.block_size) == (0.03, 0.95, 6, 180.0, 4)
     assert RULE.pairs_per_block == 2
     assert AbRule(block_size=8).pairs_per_block == 4
+    assert AbRule(block_size=2).pairs_per_block == 1
 
 
 @pytest.mark.parametrize(("changes", "message"), [
@@ -330,9 +332,9 @@ def test_rule_defaults_are_the_module_constants() -> None:
     ({"confidence": 0.99, "min_pairs": 7}, "min pairs 7 must be at least 8"),
     ({"budget_s": 0.0}, "budget 0.0 s must be a finite number of seconds above 0"),
     ({"budget_s": math.inf}, "budget inf s"),
-    ({"block_size": 0}, "block size 0 must be a positive multiple of 4"),
-    ({"block_size": 2}, "block size 2"),
-    ({"block_size": 6}, "block size 6"),
+    ({"block_size": 0}, "block size 0 must be a positive multiple of 2"),
+    ({"block_size": 3}, "block size 3"),
+    ({"block_size": -4}, "block size -4"),
 ])
 def test_rule_validation(changes: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
@@ -370,6 +372,74 @@ def test_decide_metric_without_enough_pairs() -> None:
     assert few == MetricDecision("decode_tps", UNKNOWN, None, 100.0, 50.0, 5)
     empty = decide_metric("decode_tps", [], [], RULE)
     assert empty == MetricDecision("decode_tps", UNKNOWN, None, None, None, 0)
+
+
+# -- absolute floors ------------------------------------------------------------------
+
+def test_a_load_time_change_below_its_floor_is_not_a_regression() -> None:
+    # bench loads in about 60 ms; 10 % slower is 6 ms, under load_s's 50 ms floor.
+    baseline = _noisy(0.060, 12, 4)
+    slower = decide_metric("load_s", baseline, [v * 1.10 for v in baseline], RULE)
+    assert slower.verdict == UNCHANGED
+    share = METRICS["load_s"].min_change / slower.baseline_median  # type: ignore[operator]
+    assert slower.threshold == pytest.approx(share / (1 + share))
+    # Without the floor the same pairs are a regression: the floor made the difference.
+    assert decide(slower.interval, LOWER, RULE) == REGRESSED
+    # Past the floor it counts: 0.06 s -> 0.15 s is 90 ms more.
+    assert decide_metric("load_s", baseline, [v * 2.5 for v in baseline],
+                         RULE).verdict == REGRESSED
+
+
+def test_a_floor_smaller_than_the_threshold_changes_nothing() -> None:
+    # A 10 s load: load_s's 50 ms floor is 0.5 %, inside the 3 % band.
+    baseline = _noisy(10.0, 12, 5)
+    decision = decide_metric("load_s", baseline, [v * 1.10 for v in baseline], RULE)
+    assert (decision.verdict, decision.threshold) == (REGRESSED, RULE.threshold)
+    # A metric without a floor keeps the rule's threshold however small its values.
+    assert decide_metric("decode_tps", [0.001] * 6, [0.001] * 6, RULE).threshold == 0.03
+
+
+def test_time_to_first_token_floor() -> None:
+    # 17 ms: ttft_ms's 5 ms floor is a band of 5/22 = 22.7 %.
+    baseline = _noisy(17.0, 12, 6)
+    small = decide_metric("ttft_ms", baseline, [v * 1.15 for v in baseline], RULE)
+    assert small.verdict == UNCHANGED
+    large = decide_metric("ttft_ms", baseline, [v * 1.5 for v in baseline], RULE)
+    assert large.verdict == REGRESSED
+    assert small.threshold == pytest.approx(large.threshold)
+
+
+@pytest.mark.parametrize(("direction", "min_change", "median", "expected"), [
+    (LOWER, 0.0, 1.0, 0.03),
+    (LOWER, 1.0, None, 0.03),
+    (LOWER, 1.0, 0.0, 0.03),
+    (LOWER, 1.0, 1.0, 0.5),
+    (HIGHER, 0.5, 10.0, 0.05),
+    (HIGHER, 0.1, 10.0, 0.03),
+    # A throughput floor past the median itself: nothing below it could count.
+    (HIGHER, 20.0, 10.0, 0.999),
+])
+def test_effective_threshold(direction: Direction, min_change: float,
+                             median: float | None, expected: float) -> None:
+    assert effective_threshold(RULE, direction, min_change, median) == pytest.approx(expected)
+
+
+def test_resampling_applies_the_metrics_floor() -> None:
+    # A/A pairs of a 60 ms load whose candidate start is 4 % slower every time: an
+    # allocator's or a page cache's grain, 2.4 ms. Without the floor every look says
+    # regressed; with load_s's, none does.
+    rng = random.Random(8)
+    pairs = []
+    for _ in range(60):
+        base = 0.060 * math.exp(rng.gauss(0, 0.005))
+        pairs.append((base, base * 1.04))
+    plain = resampled_false_alarm_rate(pairs, RULE, LOWER, trials=200,
+                                       pairs_per_decision=12, seed=2, sequential=True)
+    floored = resampled_false_alarm_rate(pairs, RULE, LOWER, trials=200,
+                                         pairs_per_decision=12, seed=2, sequential=True,
+                                         min_change=METRICS["load_s"].min_change)
+    assert plain > 0.9
+    assert floored == 0.0
 
 
 def test_decide_metric_errors_name_the_metric() -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from harness.ab.stats import RatioInterval, min_pairs_for, paired_ratio_interval
 from harness.errors import ConfigError, HarnessError
-from harness.results.model import Direction, metric_direction
+from harness.results.model import METRICS, Direction, metric_direction
 from harness.results.rules import (
     AB_BLOCK_SIZE,
     AB_BUDGET_S,
@@ -31,7 +31,8 @@ from harness.results.rules import (
 __all__ = [
     "AB_BLOCK_SIZE", "AB_BUDGET_S", "AB_CONFIDENCE", "AB_MIN_PAIRS", "AB_THRESHOLD",
     "IMPROVED", "REGRESSED", "UNCHANGED", "UNKNOWN", "AbRule", "MetricDecision",
-    "all_decided", "decide", "decide_metric", "resampled_false_alarm_rate",
+    "all_decided", "decide", "decide_metric", "effective_threshold",
+    "resampled_false_alarm_rate",
 ]
 
 # UNKNOWN: not decided yet: the interval straddles an edge of the threshold band, or
@@ -48,8 +49,12 @@ class AbRule:
     :func:`decide`). ``confidence``: of the ratio's interval. ``min_pairs``: no verdict
     from fewer pairs, at least what the confidence needs (6 at 95 %). ``budget_s``:
     wall time per metric before what is undecided stays ``unknown``. ``block_size``:
-    server starts per interleaved block, whole ABBA / BAAB quartets, each giving two
-    pairs.
+    server starts between two looks at the pairs: whole ABBA / BAAB quartets
+    (interleaved, a multiple of 4) or whole pairs (duet, a multiple of 2).
+
+    A metric with an absolute floor (``Metric.min_change``, the history rule's too)
+    also needs its change to pass the floor: the band widens to the floor where the
+    floor is the larger change at the baseline's median (see :func:`effective_threshold`).
     """
 
     threshold: float = AB_THRESHOLD
@@ -73,17 +78,41 @@ class AbRule:
         if not (self.budget_s > 0 and math.isfinite(self.budget_s)):
             raise ConfigError(f"A/B budget {self.budget_s} s must be a finite number of "
                               "seconds above 0")
-        if self.block_size < 4 or self.block_size % 4:
+        if self.block_size < 2 or self.block_size % 2:
             raise ConfigError(f"A/B block size {self.block_size} must be a positive "
-                              "multiple of 4 (whole ABBA or BAAB quartets)")
+                              "multiple of 2 (whole pairs; interleaved: of 4, whole "
+                              "ABBA or BAAB quartets)")
 
     @property
     def pairs_per_block(self) -> int:
-        """Pairs one block adds: each quartet pairs its two A starts with its two B."""
+        """Pairs one block adds: each pair is one start of each arm."""
         return self.block_size // 2
 
 
-def decide(interval: RatioInterval | None, direction: Direction, rule: AbRule) -> str:
+#: The widest band a floor can ask for: a change of 99.9 %; past it nothing could count.
+_MAX_THRESHOLD = 0.999
+
+
+def effective_threshold(rule: AbRule, direction: Direction, min_change: float,
+                        baseline_median: float | None) -> float:
+    """The rule's threshold, widened to a metric's absolute floor where that is larger.
+
+    ``min_change`` is in the metric's unit. At the baseline's median ``m`` a move of
+    ``min_change`` is the ratio 1 + f (f = min_change / m) for a time, 1 - f for a
+    throughput; the threshold that makes that ratio the band's edge is f / (1 + f) or
+    f. Measured here on ``bench``: load_s is about 60 ms and ttft_ms about 17 ms, so
+    a 3 % band is 2 ms and 0.5 ms, the grain of a process start and of the client's
+    clock, and each gave one false alarm in 32 A/A decisions without the floor.
+    """
+    if min_change <= 0 or baseline_median is None or baseline_median <= 0:
+        return rule.threshold
+    share = min_change / baseline_median
+    floor = share / (1 + share) if direction is Direction.LOWER_IS_BETTER else share
+    return min(max(rule.threshold, floor), _MAX_THRESHOLD)
+
+
+def decide(interval: RatioInterval | None, direction: Direction, rule: AbRule,
+           threshold: float | None = None) -> str:
     """The verdict on a candidate/baseline ratio interval.
 
     The band of "no change that matters" is [1 - t, 1 / (1 - t)], t the threshold:
@@ -95,10 +124,11 @@ def decide(interval: RatioInterval | None, direction: Direction, rule: AbRule) -
     regressed: the whole interval is worse than the band (strictly); improved: the
     whole interval better than it; unchanged: the whole interval inside it (ends
     included); unknown otherwise, or without an interval, or below ``min_pairs``.
+    ``threshold``: t, when not the rule's (:func:`effective_threshold`).
     """
     if interval is None or interval.pairs < rule.min_pairs:
         return UNKNOWN
-    low_edge = 1 - rule.threshold
+    low_edge = 1 - (rule.threshold if threshold is None else threshold)
     high_edge = 1 / low_edge
     if direction is Direction.HIGHER_IS_BETTER:
         worse, better = interval.high < low_edge, interval.low > high_edge
@@ -123,6 +153,8 @@ class MetricDecision:
     baseline_median: float | None
     candidate_median: float | None
     pairs: int
+    #: The band's t this verdict used: the rule's, or wider for a metric's floor.
+    threshold: float = AB_THRESHOLD
 
 
 def decide_metric(metric: str, baseline: Sequence[float], candidate: Sequence[float],
@@ -137,11 +169,14 @@ def decide_metric(metric: str, baseline: Sequence[float], candidate: Sequence[fl
         interval = paired_ratio_interval(baseline, candidate, rule.confidence)
     except ValueError as err:
         raise HarnessError(f"A/B metric {metric}: {err}") from err
+    baseline_median = statistics.median(baseline) if baseline else None
+    threshold = effective_threshold(rule, direction, METRICS[metric].min_change,
+                                    baseline_median)
     return MetricDecision(
-        metric=metric, verdict=decide(interval, direction, rule), interval=interval,
-        baseline_median=statistics.median(baseline) if baseline else None,
+        metric=metric, verdict=decide(interval, direction, rule, threshold),
+        interval=interval, baseline_median=baseline_median,
         candidate_median=statistics.median(candidate) if candidate else None,
-        pairs=len(baseline))
+        pairs=len(baseline), threshold=threshold)
 
 
 def all_decided(decisions: Iterable[MetricDecision]) -> bool:
@@ -150,21 +185,23 @@ def all_decided(decisions: Iterable[MetricDecision]) -> bool:
 
 
 def _verdict(sample: Sequence[tuple[float, float]], direction: Direction,
-             rule: AbRule) -> str:
-    interval = paired_ratio_interval([b for b, _ in sample], [c for _, c in sample],
-                                     rule.confidence)
-    return decide(interval, direction, rule)
+             rule: AbRule, min_change: float) -> str:
+    baseline = [b for b, _ in sample]
+    interval = paired_ratio_interval(baseline, [c for _, c in sample], rule.confidence)
+    threshold = effective_threshold(rule, direction, min_change,
+                                    statistics.median(baseline) if baseline else None)
+    return decide(interval, direction, rule, threshold)
 
 
 def _sequential_verdict(sample: Sequence[tuple[float, float]], direction: Direction,
-                        rule: AbRule) -> str:
+                        rule: AbRule, min_change: float) -> str:
     # Look as the gate does: after each block, from min_pairs on, stopping at the first
     # verdict. Every look is a chance of a false alarm, which one fixed-size look misses.
     step = rule.pairs_per_block
     for n in range(step, len(sample) + 1, step):
         if n < rule.min_pairs:
             continue
-        verdict = _verdict(sample[:n], direction, rule)
+        verdict = _verdict(sample[:n], direction, rule, min_change)
         if verdict != UNKNOWN:
             return verdict
     return UNKNOWN
@@ -173,7 +210,7 @@ def _sequential_verdict(sample: Sequence[tuple[float, float]], direction: Direct
 def resampled_false_alarm_rate(pairs: Sequence[tuple[float, float]], rule: AbRule,
                                direction: Direction, *, trials: int,
                                pairs_per_decision: int, seed: int,
-                               sequential: bool = False) -> float:
+                               sequential: bool = False, min_change: float = 0.0) -> float:
     """The share of decisions that say regressed, on pairs redrawn from an A/A run.
 
     ``pairs``: recorded (baseline, candidate) samples of one metric where both arms
@@ -182,7 +219,8 @@ def resampled_false_alarm_rate(pairs: Sequence[tuple[float, float]], rule: AbRul
     seed gives the same rate) and applies the gate's interval and :func:`decide`.
     ``sequential``: judge each trial as the gate runs, after every block until the
     first verdict (looks at whole blocks only: pairs past the last whole block are
-    drawn but not judged), rather than once on all its pairs.
+    drawn but not judged), rather than once on all its pairs. ``min_change``: the
+    metric's absolute floor, as the gate applies it (:func:`effective_threshold`).
     """
     if not pairs:
         raise ValueError("resampling needs at least one recorded pair")
@@ -194,6 +232,6 @@ def resampled_false_alarm_rate(pairs: Sequence[tuple[float, float]], rule: AbRul
                          f"rule's min pairs ({rule.min_pairs})")
     rng = random.Random(seed)
     judge = _sequential_verdict if sequential else _verdict
-    alarms = sum(judge(rng.choices(pairs, k=pairs_per_decision), direction, rule)
-                 == REGRESSED for _ in range(trials))
+    alarms = sum(judge(rng.choices(pairs, k=pairs_per_decision), direction, rule,
+                       min_change) == REGRESSED for _ in range(trials))
     return alarms / trials

@@ -43,25 +43,48 @@ class Slot:
 @dataclass(frozen=True)
 class Block:
     number: int
-    #: ``ABBA``/``BAAB`` (interleaved) or ``AB``/``BA`` (duet: the arm on half 0 first).
+    #: Each quartet's ``ABBA``/``BAAB`` (interleaved) or each pair's ``AB``/``BA`` (duet:
+    #: the arm on half 0 first), joined by ``+`` in the order they run.
     order: str
-    #: Interleaved: started one after the other. Duet: the two slots start together.
+    #: Interleaved: started one after the other. Duet: a pair's two slots start together,
+    #: the pairs one after the other.
     slots: tuple[Slot, ...]
 
 
-def plan_block(design: str, number: int, rng: random.Random) -> Block:
-    """Block ``number`` (from 0) of ``design``; its randomness comes from ``rng`` only."""
+def plan_block(design: str, number: int, rng: random.Random, starts: int = 4) -> Block:
+    """Block ``number`` (from 0) of ``design``: ``starts`` server starts between two looks.
+
+    Interleaved: ``starts // 4`` quartets, each ABBA or BAAB by its own coin flip.
+    Duet: ``starts // 2`` pairs run one after the other, each pair's arms at once on
+    halves picked by a coin flip per pair. Its randomness comes from ``rng`` only.
+    """
     if design == INTERLEAVED:
-        order = rng.choice(sorted(_ORDERS))
-        arms = _ORDERS[order]
-        first, second = 2 * number, 2 * number + 1
-        return Block(number, order, tuple(Slot(arm, first if i < 2 else second)
-                                          for i, arm in enumerate(arms)))
+        if starts < 4 or starts % 4:
+            raise ValueError(f"an interleaved block is whole ABBA/BAAB quartets: {starts} "
+                             "starts is not a positive multiple of 4")
+        quartets = starts // 4
+        orders, slots = [], []
+        for offset in range(quartets):
+            order = rng.choice(sorted(_ORDERS))
+            orders.append(order)
+            quartet = number * quartets + offset
+            first, second = 2 * quartet, 2 * quartet + 1
+            slots += [Slot(arm, first if i < 2 else second)
+                      for i, arm in enumerate(_ORDERS[order])]
+        return Block(number, "+".join(orders), tuple(slots))
     if design == DUET:
-        baseline_half = rng.randrange(2)
-        order = "AB" if baseline_half == 0 else "BA"
-        return Block(number, order, (Slot(BASELINE, number, baseline_half),
-                                     Slot(CANDIDATE, number, 1 - baseline_half)))
+        if starts < 2 or starts % 2:
+            raise ValueError(f"a duet block is whole pairs: {starts} starts is not a "
+                             "positive multiple of 2")
+        pairs = starts // 2
+        orders, slots = [], []
+        for offset in range(pairs):
+            pair = number * pairs + offset
+            baseline_half = rng.randrange(2)
+            orders.append("AB" if baseline_half == 0 else "BA")
+            slots += [Slot(BASELINE, pair, baseline_half),
+                      Slot(CANDIDATE, pair, 1 - baseline_half)]
+        return Block(number, "+".join(orders), tuple(slots))
     raise ValueError(f"unknown A/B design {design!r}; one of {', '.join(DESIGNS)}")
 
 

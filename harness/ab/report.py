@@ -31,14 +31,15 @@ def _ratio_cells(decision: MetricDecision) -> tuple[str, str]:
 
 def table(outcome: AbOutcome) -> str:
     """The plain-text table ``harness ab`` prints, with the counters below it."""
-    rows = [("metric", "baseline median", "candidate median", "ratio", "95% CI", "pairs",
-             "verdict", "decided after")]
+    rows = [("metric", "baseline median", "candidate median", "ratio", "95% CI", "band",
+             "pairs", "verdict", "decided after")]
     for decision in outcome.decisions:
         unit = METRICS[decision.metric].unit
         ratio, interval = _ratio_cells(decision)
         after = outcome.decided_after_s.get(decision.metric)
         rows.append((f"{decision.metric} ({unit})", _num(decision.baseline_median),
-                     _num(decision.candidate_median), ratio, interval, str(decision.pairs),
+                     _num(decision.candidate_median), ratio, interval,
+                     f"±{decision.threshold:.1%}", str(decision.pairs),
                      decision.verdict, f"{after:.0f} s" if after is not None else "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
@@ -58,6 +59,8 @@ def _decision_json(decision: MetricDecision, decided_after: float | None) -> dic
     return {
         "metric": decision.metric, "unit": METRICS[decision.metric].unit,
         "verdict": decision.verdict, "pairs": decision.pairs,
+        # The band's t: the rule's threshold, or wider for a metric's absolute floor.
+        "threshold": decision.threshold,
         "baseline_median": decision.baseline_median,
         "candidate_median": decision.candidate_median,
         "ratio": interval.ratio if interval else None,

@@ -111,6 +111,9 @@ class AbOutcome:
 
 
 def _check(baseline: Arm, candidate: Arm, settings: AbSettings) -> None:
+    if settings.design != DUET and settings.rule.block_size % 4:
+        raise ConfigError(f"A/B block size {settings.rule.block_size}: an interleaved "
+                          "block is whole ABBA/BAAB quartets, so a multiple of 4")
     if settings.design == DUET and (baseline.binary is None or candidate.binary is None):
         raise ConfigError("the duet design pins each arm's server to half of the cores, "
                           "which needs host processes: give binaries or builds, or use "
@@ -230,7 +233,7 @@ def _run(baseline: Arm, candidate: Arm, settings: AbSettings, *,
     number = 0
     current: dict[str, MetricDecision] = {}
     while True:
-        block = plan_block(settings.design, number, rng)
+        block = plan_block(settings.design, number, rng, settings.rule.block_size)
         block_started = time.monotonic()
         samples += _run_block(block, starters, started, len(samples))
         block_times.append(time.monotonic() - block_started)
@@ -270,16 +273,22 @@ def _run_block(block: Block, starters: dict[str, _Starter], started: float,
                                  measured=starters[slot.arm].measure(None)))
         return found
     halves = _halves()
-    at = time.monotonic() - started
-    # Both arms at once: a barrier would not help (start-up takes a different time per
-    # build); each measures its own server on its own cores in the same seconds.
-    with ThreadPoolExecutor(max_workers=len(block.slots)) as pool:
-        futures = [pool.submit(starters[slot.arm].measure,
-                               halves[slot.half] if slot.half is not None else None)
-                   for slot in block.slots]
-        results = [future.result() for future in futures]
-    return [_sample(slot, block, sequence=sequence + offset, at=at, measured=measured)
-            for offset, (slot, measured) in enumerate(zip(block.slots, results, strict=True))]
+    found = []
+    pairs = sorted({slot.pair for slot in block.slots})
+    for pair in pairs:
+        slots = [slot for slot in block.slots if slot.pair == pair]
+        at = time.monotonic() - started
+        # Both arms at once: a barrier would not help (start-up takes a different time
+        # per build); each measures its own server on its own cores in the same seconds.
+        with ThreadPoolExecutor(max_workers=len(slots)) as pool:
+            futures = [pool.submit(starters[slot.arm].measure,
+                                   halves[slot.half] if slot.half is not None else None)
+                       for slot in slots]
+            results = [future.result() for future in futures]
+        found += [_sample(slot, block, sequence=sequence + len(found) + offset, at=at,
+                          measured=measured)
+                  for offset, (slot, measured) in enumerate(zip(slots, results, strict=True))]
+    return found
 
 
 def _sample(slot: Slot, block: Block, *, sequence: int, at: float,
