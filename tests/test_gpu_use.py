@@ -186,6 +186,28 @@ def test_offloaded_layers_without_gpu_buffers_are_a_mismatch() -> None:
                                "CUDA buffer",)
 
 
+@pytest.mark.parametrize(("first", "backend", "state"), [
+    pytest.param(CUDA_INIT_FAILED, "cuda", GpuState.INIT_FAILED, id="cuda-init-failed"),
+    pytest.param(ROCM_INIT_FAILED, "rocm", GpuState.INIT_FAILED, id="rocm-init-failed"),
+    pytest.param(VK_NO_DEVICES, "vulkan", GpuState.NO_DEVICES, id="vulkan-no-devices"),
+    pytest.param(NO_USABLE_GPU, "cuda", GpuState.NO_USABLE_GPU, id="no-usable-gpu"),
+    pytest.param(LOADER, "cuda", GpuState.NOT_LOADED, id="not-loaded"),
+])
+def test_offloaded_layers_are_a_mismatch_in_every_state_without_gpu_buffers(
+        first: str, backend: str, state: GpuState) -> None:
+    # The GPU never came up, yet the log counts layers on it: the count is wrong.
+    (target,) = gpu_verdict(log(first, LOADER, OFFLOADED_3, CPU_WEIGHTS), backend).blocks
+    assert (target.state, target.offload_mismatch) == (state, True)
+    assert any("offloaded 3/3 layers to GPU' but shows no" in w for w in target.warnings)
+
+
+def test_offloaded_layers_on_another_gpu_are_not_a_mismatch() -> None:
+    # Expected CUDA, the weights went to Vulkan0: the count is right, the backend wrong.
+    lines = log(LOADER, USING_LLVMPIPE, OFFLOADED_3, VULKAN0_WEIGHTS)
+    (target,) = gpu_verdict(lines, "cuda").blocks
+    assert (target.state, target.offload_mismatch) == (GpuState.NOT_LOADED, False)
+
+
 def test_gpu_weights_with_zero_layers_offloaded_are_a_mismatch() -> None:
     (target,) = gpu_verdict(log(LOADER, USING_CUDA0, OFFLOADED_0, CUDA0_WEIGHTS), "cuda").blocks
     assert (target.state, target.offload_mismatch) == (GpuState.USED, True)

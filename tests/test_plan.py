@@ -187,3 +187,33 @@ def test_plan_argv_round_trips(fixtures: modelgen.FixtureSet, bundle: str,
     assert set(plan.origins) <= {f.name for f in dataclasses.fields(LaunchSpec)}
 
 
+
+
+@pytest.mark.parametrize(("per_call", "cells"), [
+    ({"ctx_size": 777, "parallel": 1}, 1024),
+    # Each of 3 slots gets pad(1024 // 3 = 341, 256) = 512 cells: 1536 in all.
+    ({"ctx_size": 777, "parallel": 3}, 1536),
+    ({"ctx_size": 100, "parallel": 1}, 256),
+])
+def test_a_context_the_server_pads_is_planned_padded_with_a_warning(
+        fixtures: modelgen.FixtureSet, per_call: dict[str, object], cells: int) -> None:
+    # llama-server accepts any --ctx-size and pads it (src/llama-context.cpp); the plan
+    # forwards what was asked and sizes the KV cache for what the server allocates.
+    plan = plan_launch(_bundle_request(fixtures, "fused-dense", per_call=per_call))
+    assert plan.spec.ctx_size == per_call["ctx_size"]
+    assert plan.kv is not None
+    assert plan.kv.n_ctx == cells
+    padded = [w for w in plan.warnings if w.code == "ctx-padded"]
+    assert len(padded) == 1, plan.warnings
+    assert (padded[0].field, padded[0].wanted, padded[0].used) == (
+        "ctx_size", str(per_call["ctx_size"]), str(cells))
+    assert f"pads --ctx-size {per_call['ctx_size']} to {cells} cells" in padded[0].message
+
+
+def test_a_context_the_server_keeps_has_no_padding_warning(
+        fixtures: modelgen.FixtureSet) -> None:
+    plan = plan_launch(_bundle_request(fixtures, "fused-dense",
+                                       per_call={"ctx_size": 1024, "parallel": 2}))
+    assert plan.kv is not None
+    assert plan.kv.n_ctx == 1024
+    assert "ctx-padded" not in [w.code for w in plan.warnings]

@@ -125,9 +125,10 @@ def _num(value: float) -> str:
 SETTING_FIELDS: tuple[SettingField, ...] = (
     # 999 = every layer (reference 001: unambiguous and survives clamping).
     SettingField("n_gpu_layers", "--n-gpu-layers", FieldKind.INT, minimum=0),
-    # llama.cpp pads n_ctx up to a multiple of 256 (src/llama-context.cpp).
-    SettingField("ctx_size", "--ctx-size", FieldKind.INT, minimum=256, maximum=4194304,
-                 multiple_of=256),
+    # Any context is accepted: llama.cpp pads n_ctx (and each slot's share) up to a
+    # multiple of 256 (src/llama-context.cpp), which the KV planner models and the plan
+    # warns about; 0 is the model's training context.
+    SettingField("ctx_size", "--ctx-size", FieldKind.INT, minimum=0, maximum=4194304),
     SettingField("parallel", "--parallel", FieldKind.INT, minimum=1, maximum=256),
     SettingField("batch_size", "--batch-size", FieldKind.INT, minimum=1, maximum=65536),
     SettingField("ubatch_size", "--ubatch-size", FieldKind.INT, minimum=1, maximum=65536),

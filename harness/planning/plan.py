@@ -26,6 +26,7 @@ from harness.planning.drafter import DrafterDecision, DrafterInputs, KvOutcome, 
 from harness.planning.fitting import FitInputs, max_context_at
 from harness.planning.kv import (
     AUTO_PARALLEL,
+    CTX_PAD,
     KvPlan,
     KvRequest,
     kv_bytes_per_token,
@@ -238,6 +239,15 @@ def _plan_kv(request: PlanRequest, settings: ServerSettings,
         # plan still stands, without a KV figure, and the report says why.
         warnings.append(PlanWarning("kv-unplanned", "kv", "", "", str(exc)))
         return None
+    asked = settings.ctx_size
+    if asked and kv.n_ctx != asked:
+        streams = (f"{kv.n_stream} slots of {kv.n_ctx_seq} cells" if kv.n_stream > 1
+                   else "one stream all slots share")
+        warnings.append(PlanWarning(
+            "ctx-padded", "ctx_size", str(asked), str(kv.n_ctx),
+            f"llama-server pads --ctx-size {asked} to {kv.n_ctx} cells, {streams} (a "
+            f"stream's cells come in multiples of {CTX_PAD}); the plan sizes the KV cache "
+            f"for {kv.n_ctx}"))
     if kv.refusal:
         warnings.append(PlanWarning("kv-refused", "cache_type_k", settings.cache_type_k or "",
                                     "", f"the server will refuse this launch: {kv.refusal}"))

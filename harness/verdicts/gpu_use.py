@@ -29,8 +29,9 @@ Evidence, strongest first:
 5. No buffer lines for the block and none of the above → ``undecidable`` (the log ends
    before the weights were placed, or was written below ``-lv 4``). Never a pass.
 
-``offloaded N/M layers to GPU`` (``load_tensors``) is cross-checked against the buffers:
-N > 0 with no GPU buffer, or GPU weights with N = 0 and no tensor override to the GPU, is
+``offloaded N/M layers to GPU`` (``load_tensors``) is cross-checked against the buffers
+in every state: N > 0 with no GPU buffer (whether the GPU failed to initialise, was not
+found or was not used), or GPU weights with N = 0 and no tensor override to the GPU, is
 flagged as ``offload_mismatch``.
 """
 
@@ -283,6 +284,15 @@ def _judge(block: BlockReport, expected: GpuBackend, signals: _Signals,
                            f"device that runs on the CPU ({where})")
         named = description or "no 'using device' line"
         return verdict(GpuState.USED, f"{role} on {device} ({named}): {where}")
+    # From here on no weights of the block are on the expected GPU. A log that still
+    # counts layers offloaded contradicts its own buffers, whatever the reason below
+    # (init failed, no devices, not offloaded, …), unless they went to another GPU.
+    elsewhere = any(gpu_backend_of(b.buffer) is not None and b.mib > 0
+                    for b in _evidence(block))
+    if offloaded and offloaded[0] > 0 and not elsewhere:
+        mismatch = True
+        warnings.append(f"{role}: the log says 'offloaded {offloaded[0]}/{offloaded[1]} "
+                        f"layers to GPU' but shows no {expected.value} buffer")
     if signals.lacks(expected):
         return verdict(GpuState.NOT_LOADED,
                        f"the {expected.value} backend is not loaded: the build's system_info "
@@ -303,10 +313,6 @@ def _judge(block: BlockReport, expected: GpuBackend, signals: _Signals,
                        f"no buffer lines for the {role}: the log ends before its weights were "
                        "placed, or was written below -lv 4")
     if devices:
-        if offloaded and offloaded[0] > 0:
-            mismatch = True
-            warnings.append(f"{role}: the log says 'offloaded {offloaded[0]}/{offloaded[1]} "
-                            f"layers to GPU' but shows no {expected.value} buffer")
         counted = f" (offloaded {offloaded[0]}/{offloaded[1]})" if offloaded else ""
         return verdict(GpuState.NOT_OFFLOADED,
                        f"{devices[0].name} ({devices[0].description}) was found but holds none "
