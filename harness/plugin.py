@@ -157,11 +157,20 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """A run that demands a GPU backend or containers fails here when it has none."""
+    """A run that demands a GPU backend or containers fails here when it has none, and a
+    named build that does not exist fails here once, not in every test that needs it."""
     try:
         required_resources()
     except RequireSettingError as exc:
         pytest.exit(str(exc), returncode=pytest.ExitCode.USAGE_ERROR)
+    config = session.config
+    if config.getoption("harness_build") or config.getoption("harness_server_bin"):
+        # Cheap (files are checked, nothing is built), so it is done for every run that
+        # names one; the default CPU build stays lazy, as it may have to be compiled.
+        try:
+            build_under_test(config)
+        except pytest.UsageError as exc:
+            pytest.exit(str(exc), returncode=pytest.ExitCode.USAGE_ERROR)
     if session.config.getoption("harness_runner") == "container":
         missing = _docker_missing(session.config)
         if missing:

@@ -32,6 +32,8 @@ from harness.probes.devices import infer_backend, parse_device_list
 from harness.probes.gguf_facts import read_model_facts
 from harness.probes.gpu_configs import load_fork_kv_types, load_gpu_configs
 
+pytest_plugins = ["pytester"]
+
 DATA = Path(__file__).parent / "data"
 HELP = (DATA / "help" / "llama-server-11434-cpu.txt").read_text()
 #: What our CPU build prints (captured): ``--list-devices`` on stdout, ``--version`` on
@@ -182,3 +184,33 @@ def test_a_session_on_a_bare_copy_of_the_cpu_build_passes_the_card_plans(
     build = json.loads(run_json.read_text())["build"]
     assert build["build_key"] == f"cpu-binary-{sha256_file(bare)[:16]}"
     assert build["backend"] == "cpu"
+
+
+SERVER_TESTS = """
+def test_one(llama_server_binary):
+    assert llama_server_binary.exists()
+
+def test_two(llama_server_binary):
+    assert llama_server_binary.exists()
+
+def test_three(llama_server_binary):
+    assert llama_server_binary.exists()
+"""
+
+
+@pytest.mark.parametrize("option", ["--harness-server-bin", "--harness-build"])
+def test_a_missing_named_build_is_one_usage_error_at_session_start(
+        pytester: pytest.Pytester, tmp_path: Path, option: str) -> None:
+    pytester.makepyfile(SERVER_TESTS)
+    missing = tmp_path / "missing" / "llama-server"
+    result = pytester.runpytest_subprocess(f"{option}={missing}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    output = result.stdout.str() + result.stderr.str()
+    # Named once, with the option, before any test ran (not one error per test; pytest
+    # prints an exit's message on both streams).
+    assert result.stdout.str().count(str(missing)) == 1, output
+    assert "no build under test" in output
+    assert option in output
+    assert "Traceback" not in output
+    assert "ERROR at setup" not in output
+    assert "passed" not in output
