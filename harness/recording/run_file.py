@@ -71,8 +71,8 @@ def build_ref(info: BuildInfo | None, key: str, image_id: str | None = None) -> 
     if info is None:
         return BuildRef(backend="cpu", version="unknown", source_digest="unknown",
                         build_key=key, image_digest=image_id)
-    return BuildRef(backend=info.backend.value, version=info.version.splitlines()[0]
-                    if info.version else "unknown", source_digest=info.source_digest,
+    return BuildRef(backend=info.backend.value, version=info.version_line,
+                    source_digest=info.source_digest,
                     build_key=info.key, image_digest=image_id)
 
 
