@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import socket
 from pathlib import Path
@@ -46,8 +47,14 @@ def test_cpu_model_without_a_cpuinfo_file_is_the_machine_type(tmp_path: Path) ->
     assert cpu_model(tmp_path / "missing") == (platform.machine() or "unknown CPU")
 
 
-def test_cpu_model_of_this_machine_is_named() -> None:
-    assert cpu_model()
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "i686"),
+                    reason="only x86 kernels print a 'model name' line per CPU")
+def test_cpu_model_of_this_machine_counts_its_cpus() -> None:
+    # Checked against the kernel's own CPU count, not against /proc/cpuinfo again.
+    name, _, count = cpu_model().rpartition(" x")
+    assert int(count) == os.cpu_count()
+    assert name
+    assert name != platform.machine()
 
 
 @NO_NVML
