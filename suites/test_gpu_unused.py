@@ -27,18 +27,20 @@ from harness.plugin import LaunchPlanned, PlanFor
 from harness.probes.devices import Device
 from harness.probes.gguf_facts import read_model_facts
 from harness.verdicts.gpu_use import GpuState, gpu_verdict
-from harness.verdicts.launch_log import BlockRole
-from harness.verdicts.residency import (
-    HALF_PRINTED_UNIT_BYTES,
+from harness.verdicts.log_blocks import BlockRole
+from harness.verdicts.planned_share import (
     MIB,
     NonLayerBytes,
     Offload,
     OffloadRequest,
     PlannedShare,
-    ResidencyVerdict,
-    ShareOutcome,
     non_layer_bytes,
     planned_gpu_share,
+)
+from harness.verdicts.residency import (
+    HALF_PRINTED_UNIT_BYTES,
+    ResidencyVerdict,
+    ShareOutcome,
     residency_verdict,
 )
 

@@ -46,9 +46,9 @@ from harness.planning.plan import LaunchPlan, PlanRequest, plan_launch
 from harness.planning.retry import starting_rung
 from harness.probes.devices import Device
 from harness.probes.gguf_facts import read_model_facts
+from harness.runners.readiness import wait_until_ready
 from harness.runners.subprocess_runner import SubprocessRunner, SubprocessServer
 from harness.supervise.oom_injector import make_oom_launcher, starts_seen
-from harness.supervise.readiness import wait_until_ready
 from harness.supervise.supervisor import (
     SERVED,
     LaunchFailedError,
@@ -56,13 +56,11 @@ from harness.supervise.supervisor import (
     SupervisedLaunch,
 )
 from harness.verdicts.failure import FailureClass, classify_start_failure
-from harness.verdicts.launch_log import BlockRole
+from harness.verdicts.log_blocks import BlockRole
+from harness.verdicts.planned_share import PlannedShare, non_layer_bytes, planned_gpu_share
 from harness.verdicts.residency import (
     HALF_PRINTED_UNIT_BYTES,
-    PlannedShare,
     ShareOutcome,
-    non_layer_bytes,
-    planned_gpu_share,
     residency_verdict,
     tolerance_bytes,
 )

@@ -11,8 +11,8 @@ argv we sent. A mismatch names the field, the planned value and the observed val
 ``/props`` and ``/slots`` carry none of the draft sizes in the pinned server
 (``get_res_props`` reports a default ``task_params``, ``/slots`` only ``speculative``), so
 the log's ``- n_max=…, n_min=…, p_min=…`` line is their one witness. A planned field the
-build cannot show (``harness.verdicts.launch_log.unverifiable``: the GPU fields on the CPU
-build, draft sizes without a drafter, …) is left out of the comparison, never silently: it
+build cannot show (``harness.verdicts.unverifiable_fields.unverifiable``: the GPU fields on
+the CPU build, draft sizes without a drafter, …) is left out of the comparison, never silently: it
 is attached to the report as "unverified fields" and raised as an ``UnverifiedField``
 warning with its reason.
 """
@@ -35,16 +35,13 @@ from harness.planning.plan import LaunchPlan
 from harness.plugin import LaunchPlanned, PlanFor
 from harness.probes.gpu_configs import load_gpu_configs
 from harness.verdicts.kv_log import check_kv_plan
-from harness.verdicts.launch_log import (
-    UnverifiedField,
-    compare_launch,
-    parse_launch_log,
-    unverifiable,
-)
+from harness.verdicts.launch_report import parse_launch_log
+from harness.verdicts.plan_check import compare_launch
+from harness.verdicts.unverifiable_fields import UnverifiedField, unverifiable
 
 pytestmark = pytest.mark.server
 
-#: Fields of a plan the startup log can confirm (harness.verdicts.launch_log): every field
+#: Fields of a plan the startup log can confirm (harness.verdicts.plan_check): every field
 #: ``harness plan`` prints.
 FORWARDED = ("ctx_size", "parallel", "batch_size", "ubatch_size", "cache_type_k",
              "cache_type_v", "flash_attn", "drafter", "spec_type", "n_cpu_moe", "cpu_moe",

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.facts.build import Backend
+from harness.verdicts.block_report import BufferSize
 from harness.verdicts.gpu_use import (
     GpuBackend,
     GpuState,
@@ -23,7 +24,7 @@ from harness.verdicts.gpu_use import (
     parse_expected_backend,
     software_device,
 )
-from harness.verdicts.launch_log import BlockRole, BufferSize
+from harness.verdicts.log_blocks import BlockRole
 
 DRAFTER = "/root/.cache/llama-harness/fixtures/ab425a6bb1be3f5e/models/drafter.gguf"
 DENSE = "/root/.cache/llama-harness/fixtures/ab425a6bb1be3f5e/models/dense.gguf"

@@ -1,4 +1,5 @@
-"""The launch-log parser (``harness/verdicts/launch_log.py``), line by line.
+"""The launch-log parsers (``harness/verdicts/log_blocks.py``, ``block_report.py``,
+``launch_report.py``, ``plan_check.py``), line by line.
 
 Lines marked "captured" were printed by the pinned llama-server (CPU build, ``-lv 4`` or
 ``-lv 5``) for the fixtures; the GPU lines are written from the pinned source's format
@@ -15,29 +16,19 @@ import pytest
 from harness.facts.build import Backend
 from harness.facts.gpu import LoadMode
 from harness.planning.kv import CacheRole
-from harness.verdicts.launch_log import (
-    CPU_UNVERIFIABLE,
+from harness.verdicts.block_report import (
     AllocFailure,
-    BlockKind,
     BlockReport,
-    BlockRole,
     BufferSize,
     DeviceUse,
-    DraftParams,
     FlashAttnMode,
-    LaunchReport,
-    LogBlock,
-    Mismatch,
     TensorOverride,
-    applied_n_ctx,
-    comparable_fields,
-    compare_launch,
-    message,
     parse_block,
-    parse_launch_log,
-    split_blocks,
-    unverifiable,
 )
+from harness.verdicts.launch_report import DraftParams, LaunchReport, parse_launch_log
+from harness.verdicts.log_blocks import BlockKind, BlockRole, LogBlock, message, split_blocks
+from harness.verdicts.plan_check import Mismatch, applied_n_ctx, comparable_fields, compare_launch
+from harness.verdicts.unverifiable_fields import CPU_UNVERIFIABLE, unverifiable
 
 DENSE = "/root/.cache/llama-harness/fixtures/ab425a6bb1be3f5e/models/dense.gguf"
 DRAFTER = "/root/.cache/llama-harness/fixtures/ab425a6bb1be3f5e/models/drafter.gguf"

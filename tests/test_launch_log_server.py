@@ -19,7 +19,8 @@ from harness import modelgen
 from harness.planning.launch import LaunchSpec
 from harness.plugin import StartServer
 from harness.verdicts.gpu_use import GpuState, gpu_verdict
-from harness.verdicts.launch_log import comparable_fields, compare_launch, parse_launch_log
+from harness.verdicts.launch_report import parse_launch_log
+from harness.verdicts.plan_check import comparable_fields, compare_launch
 
 pytestmark = pytest.mark.server
 

@@ -23,17 +23,18 @@ import pytest
 
 from harness import modelgen
 from harness.probes.gguf_facts import read_model_facts
+from harness.verdicts.block_report import BlockReport
 from harness.verdicts.failure import classify_start_failure
 from harness.verdicts.gpu_use import BlockGpuUse, gpu_verdict
-from harness.verdicts.launch_log import BlockReport, BlockRole, LaunchReport, parse_launch_log
-from harness.verdicts.residency import (
-    BlockResidency,
+from harness.verdicts.launch_report import LaunchReport, parse_launch_log
+from harness.verdicts.log_blocks import BlockRole
+from harness.verdicts.planned_share import (
     Offload,
     PlannedShare,
     non_layer_bytes,
     planned_gpu_share,
-    residency_verdict,
 )
+from harness.verdicts.residency import BlockResidency, residency_verdict
 
 CORPUS = Path(__file__).parent / "data" / "logs"
 LOGS = sorted(CORPUS.glob("*/*.log"))

@@ -35,7 +35,7 @@ from harness.report.staging import repair_history
 from harness.supervise.supervisor import LaunchFailedError
 from harness.verdicts.failure import FailureClass, StartFailure, classify_start_failure
 from harness.verdicts.gpu_use import gpu_verdict
-from harness.verdicts.launch_log import Mismatch
+from harness.verdicts.plan_check import Mismatch
 
 #: The tiny suite (tests/data/allure/tiny_suite/README.md), copied in as test_<name>.py.
 TINY_SUITE = Path(__file__).parent / "data" / "allure" / "tiny_suite"

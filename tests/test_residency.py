@@ -21,19 +21,21 @@ from harness.planning.launch import LaunchSpec
 from harness.probes.gguf_facts import read_model_facts
 from harness.recording.recorder import ServerRecord
 from harness.recording.story import verdicts_json
-from harness.verdicts.launch_log import BlockKind, BlockRole
-from harness.verdicts.residency import (
-    HALF_PRINTED_UNIT_BYTES,
-    LAYER_PAD_BYTES,
+from harness.verdicts.log_blocks import BlockKind, BlockRole
+from harness.verdicts.planned_share import (
     MIB,
     NonLayerBytes,
     Offload,
+    non_layer_bytes,
+    planned_gpu_share,
+)
+from harness.verdicts.residency import (
+    HALF_PRINTED_UNIT_BYTES,
+    LAYER_PAD_BYTES,
     Place,
     ShareOutcome,
     check_share,
-    non_layer_bytes,
     place_of,
-    planned_gpu_share,
     residency,
     residency_json,
     residency_verdict,

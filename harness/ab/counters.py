@@ -6,7 +6,7 @@ started the same way, so a difference between baseline and candidate is a change
 the build itself, reported with both values rather than tested for significance:
 
 - from the startup log (cut into target and drafter blocks by
-  ``harness.verdicts.launch_log``, buffers summed per name as
+  ``harness.verdicts.launch_report``, buffers summed per name as
   ``harness.verdicts.residency`` does): ``layers_offloaded`` (``N/M`` of ``offloaded N/M
   layers to GPU``, a line only a build with a GPU device prints, so a CPU build has no
   such counter rather than a made-up ``0/M``), ``model_mib[<buffer>]``,
@@ -38,7 +38,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from harness.verdicts.launch_log import BlockRole, BufferSize, parse_block, split_blocks
+from harness.verdicts.block_report import BufferSize, parse_block
+from harness.verdicts.log_blocks import BlockRole, split_blocks
 from harness.verdicts.residency import Holding, block_residency
 
 #: The value shown for a counter one side does not have.

@@ -102,7 +102,7 @@ BUILD_FAILURE = Category("Build failure", (Matcher(message_regex=_any(
 )),))
 
 INFRASTRUCTURE = Category("Infrastructure / timeout", (Matcher(message_regex=_any(
-    # harness/supervise/readiness.py: "llama-server was not ready after 60s: still ...".
+    # harness/runners/readiness.py: "llama-server was not ready after 60s: still ...".
     r"was not ready after \d",
     r"\bServerNotReadyError\b",
     # harness/verdicts/failure.py's class, as LaunchFailedError quotes it.
@@ -175,7 +175,7 @@ GPU_UNUSED = Category("GPU unused", (
 
 PLAN_FORWARDING = Category("Plan-forwarding mismatch", (
     Matcher(message_regex=_any(
-        # suites/test_plan_forwarding.py and harness/verdicts/launch_log.py Mismatch.
+        # suites/test_plan_forwarding.py and harness/verdicts/plan_check.py Mismatch.
         r"the server does not report the plan",
         r"\S+: planned .+, observed ",
     )),

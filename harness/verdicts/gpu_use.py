@@ -3,7 +3,7 @@
 A CUDA, ROCm or Vulkan build that cannot use its GPU still starts, serves and answers —
 on the CPU, at a fraction of the speed (reference 002). ``gpu_verdict`` reads the startup
 log and decides, separately for the target model and for the drafter (a draft model or an
-MTP draft context; the blocks are cut by ``launch_log.split_blocks``), which of
+MTP draft context; the blocks are cut by ``log_blocks.split_blocks``), which of
 ``GpuState`` holds, and names the log line that decided it.
 
 Evidence, strongest first:
@@ -43,15 +43,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 
-from harness.verdicts.launch_log import (
-    BlockKind,
-    BlockReport,
-    BlockRole,
-    BufferSize,
-    DeviceUse,
-    message,
-    parse_launch_log,
-)
+from harness.verdicts.block_report import BlockReport, BufferSize, DeviceUse
+from harness.verdicts.launch_report import parse_launch_log
+from harness.verdicts.log_blocks import BlockKind, BlockRole, message
 
 
 class GpuBackend(enum.StrEnum):

@@ -1,0 +1,69 @@
+"""Which planned launch fields a build's server cannot show, and why (pure).
+
+``plan_check.compare_launch`` calls a field the log does not show a mismatch.
+``unverifiable`` names the planned fields a build cannot show at all (a CPU build has no
+GPU device to split over, select or put the KV cache on; a plan without a draft-*
+implementation prints no draft sizes, one without checkpoints no spacing, and
+``--main-gpu`` shows only with ``--split-mode none``), each with the reason, so a caller
+leaves them out loudly (``UnverifiedField``) instead of passing them silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from harness.facts.build import Backend
+from harness.facts.gpu import SplitMode
+
+#: Planned fields a CPU build cannot show, and why. It registers no GPU device, so
+#: llama_prepare_model_devices prints no ``using device`` line and load_tensors no
+#: ``offloaded N/M layers to GPU`` line; every buffer is a CPU one.
+CPU_UNVERIFIABLE: Mapping[str, str] = MappingProxyType({
+    "n_gpu_layers": "a CPU build has no GPU to offload to: load_tensors prints no "
+                    "'offloaded N/M layers to GPU' line",
+    "split_mode": "a CPU build lists no GPU device (no 'using device' line from "
+                  "llama_prepare_model_devices): there is nothing to split the model over",
+    "main_gpu": "a CPU build lists no GPU device (no 'using device' line from "
+                "llama_prepare_model_devices): there is no main GPU to pick",
+    "kv_offload": "on a CPU build llama_kv_cache puts every layer's cache on the CPU with or "
+                  "without --no-kv-offload: the 'KV buffer size' line says CPU either way",
+})
+
+#: The speculative types whose implementations take and print the draft sizes
+#: (common/speculative.cpp: the draft-* family; the ngram ones have sizes of their own).
+_DRAFT_TYPE_PREFIX = "draft-"
+_DRAFT_FIELDS = ("spec_draft_n_min", "spec_draft_n_max", "spec_draft_p_min")
+
+
+class UnverifiedField(UserWarning):
+    """A planned field was sent but the server under test cannot show it (reason given).
+
+    Defined here, not in the suite: pytest-xdist's controller re-creates a worker's
+    warning by importing its class's module, and a test module is not importable there.
+    """
+
+
+def unverifiable(expected: Mapping[str, object], backend: Backend) -> dict[str, str]:
+    """The planned fields of ``expected`` (``compare_launch`` keys) that a ``backend`` build's
+    server cannot show for this plan, each with the reason; ``compare_launch`` would call
+    them mismatches. Unplanned (None) fields are not listed.
+    """
+    planned = {key: value for key, value in expected.items() if value is not None}
+    found: dict[str, str] = {}
+    if backend is Backend.CPU:
+        found.update({key: why for key, why in CPU_UNVERIFIABLE.items() if key in planned})
+    spec_types = str(planned.get("spec_type") or "none").split(",")
+    if not any(t.startswith(_DRAFT_TYPE_PREFIX) for t in spec_types):
+        why = (f"spec type {','.join(spec_types)} runs no draft-* implementation, so no "
+               "'- n_max=…, n_min=…, p_min=…' line is printed and nothing uses the draft sizes")
+        found.update({key: why for key in _DRAFT_FIELDS if key in planned})
+    if planned.get("ctx_checkpoints") == 0 and "checkpoint_min_step" in planned:
+        found["checkpoint_min_step"] = ("--ctx-checkpoints 0 disables checkpoints: load_model "
+                                        "prints 'context checkpoints disabled', no spacing")
+    split = str(getattr(planned.get("split_mode"), "value", planned.get("split_mode")))
+    if "main_gpu" in planned and "main_gpu" not in found and split != SplitMode.NONE.value:
+        found["main_gpu"] = (f"--split-mode {planned.get('split_mode') or 'layer (default)'}: "
+                             "llama_prepare_model_devices applies --main-gpu only with "
+                             "--split-mode none")
+    return found
