@@ -29,8 +29,8 @@ from harness.perf.keys import DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS, DEFAULT
 from harness.perf.measure import measure_speed
 from harness.planning.build_plan import BuildRequest
 from harness.planning.launch import LaunchSpec
-from harness.results.compare import NoiseRule, judge
 from harness.results.model import Direction
+from harness.results.noise_rule import NoiseRule, judge
 from harness.results.rules import REGRESSED
 from harness.runners.subprocess_runner import SubprocessRunner
 

@@ -23,7 +23,7 @@ from harness.errors import ConfigError, HarnessError
 from harness.files import write_json_atomic
 from harness.paths import cache_root
 from harness.probes.docker_engine import docker_engine, engine_unavailable
-from harness.results.run_schema import parse_run_json
+from harness.results.run_validation import parse_run_json
 
 DEFAULT_RULE = AbRule()
 AUTO = "auto"

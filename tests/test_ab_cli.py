@@ -22,7 +22,7 @@ from harness.builds.slowed import SLOW_DECODE_ENV, ensure_slowed_build, wait_for
 from harness.builds.under_test import BuildUnderTest
 from harness.paths import cache_root
 from harness.planning.build_plan import BuildRequest
-from harness.results.run_schema import parse_run_json
+from harness.results.run_validation import parse_run_json
 
 HARNESS = str(Path(sys.executable).with_name("harness"))
 

@@ -12,19 +12,11 @@ import results_fixtures
 from results_fixtures import CPU_BOX, GPU_BOX, at, fig, figure_key, make_run, outcome
 
 from harness.errors import ConfigError, HarnessError
-from harness.results.compare import (
-    MISSING_NOW,
-    NO_BASELINE,
-    Comparison,
-    FigureResult,
-    HardwareMismatchError,
-    NoiseRule,
-    compare,
-    judge,
-    select_baseline,
-)
+from harness.results.baseline_selection import select_baseline
+from harness.results.comparison import Comparison, FigureResult, HardwareMismatchError, compare
 from harness.results.model import METRICS, Direction, Figure, FigureKey, Hardware, RunRecord
-from harness.results.rules import IMPROVED, REGRESSED, UNCHANGED
+from harness.results.noise_rule import NoiseRule, judge
+from harness.results.rules import IMPROVED, MISSING_NOW, NO_BASELINE, REGRESSED, UNCHANGED
 from harness.results.store import ResultsStore
 
 # Shared fixtures (tests/ has no conftest.py): each store test runs on SQLite and PostgreSQL.

@@ -35,18 +35,11 @@ from sqlalchemy import (
 from sqlalchemy.engine import make_url
 
 from harness.results.model import BuildRef, Hardware, RunRecord
-from harness.results.store import (
-    STORE_SCHEMA_VERSION,
-    ReportState,
-    ResultsStore,
-    ResultsStoreError,
-    RunRecordError,
-    default_url,
-    figures,
-    open_store,
-    runs,
-    schema_version,
-)
+from harness.results.run_validation import RunRecordError
+from harness.results.store import ResultsStore, open_store
+from harness.results.store_backends import ResultsStoreError, default_url
+from harness.results.store_rows import ReportState
+from harness.results.store_tables import STORE_SCHEMA_VERSION, figures, runs, schema_version
 
 # Shared fixtures (tests/ has no conftest.py): each test runs on SQLite and PostgreSQL.
 store_url = results_fixtures.store_url

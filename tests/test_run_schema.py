@@ -23,7 +23,7 @@ from harness.ab.design import DESIGNS
 from harness.errors import HarnessError
 from harness.recording.outcomes import OutcomeTally
 from harness.recording.run_file import build_ref, run_record
-from harness.results import run_schema
+from harness.results.json_hazards import unrepresentable
 from harness.results.model import (
     METRICS,
     BuildRef,
@@ -41,11 +41,15 @@ from harness.results.run_schema import (
     MAX_DEPTH,
     MAX_DOCUMENT_BYTES,
     RUN_SCHEMA,
+)
+from harness.results.run_validation import (
+    RUN_VALIDATOR,
     RunRecordError,
     check_run,
     parse_run_json,
     run_from_json,
 )
+from harness.results.schema_quick_check import passes_quick_check
 
 
 def _ab_result() -> dict[str, Any]:
@@ -556,6 +560,6 @@ def test_the_quick_check_never_accepts_what_jsonschema_refuses(data: st.DataObje
         for key in path[:-1]:
             node = node[key]
         node[path[-1]] = replacement
-    if run_schema._QUICK_CHECK(body):
-        assert run_schema._unrepresentable(body) is None
-        assert list(run_schema._VALIDATOR.iter_errors(body)) == []
+    if passes_quick_check(body):
+        assert unrepresentable(body) is None
+        assert list(RUN_VALIDATOR.iter_errors(body)) == []

@@ -36,7 +36,9 @@
 #                         $GITHUB_STEP_SUMMARY, else $HARNESS_GATE_OUT/summary.md)
 #   HARNESS_GATE_WORKERS  pytest-xdist workers (default auto)
 #   HARNESS_GATE_WINDOW, HARNESS_GATE_MIN_RUNS   the comparison's --window/--min-runs
-#                         (default 5 and 3; raise both on a noisy runner, see README)
+#                         (unset: `harness compare`'s own defaults, which
+#                         harness/results/rules.py holds; raise both on a noisy runner,
+#                         see README)
 #   HARNESS_GATE_REQUIRE_GPU  1 (default for GPU backends): the run fails instead of
 #                         skipping when the build sees no device of BACKEND
 #   HARNESS_GATE_AB_BASELINE  pin, or a git ref of the llama.cpp checkout in
@@ -74,8 +76,11 @@ out=$(cd "$out" && pwd)
 baseline=${HARNESS_GATE_BASELINE-main}
 summary=${HARNESS_GATE_SUMMARY:-${GITHUB_STEP_SUMMARY:-$out/summary.md}}
 workers=${HARNESS_GATE_WORKERS:-auto}
-window=${HARNESS_GATE_WINDOW:-5}
-min_runs=${HARNESS_GATE_MIN_RUNS:-3}
+# Passed on only when set, so the compare CLI's defaults (harness/results/rules.py) are
+# the one copy of the noise rule's.
+noise_args=()
+[ -z "${HARNESS_GATE_WINDOW:-}" ] || noise_args+=(--window "$HARNESS_GATE_WINDOW")
+[ -z "${HARNESS_GATE_MIN_RUNS:-}" ] || noise_args+=(--min-runs "$HARNESS_GATE_MIN_RUNS")
 service=${HARNESS_SERVICE_URL:-}
 results=$out/allure-results
 run_json=$out/run.json
@@ -199,7 +204,7 @@ else
   harness upload --url "$service" --run-json "$run_json" --results "$results" || upload_rc=$?
   if [ "$upload_rc" = 0 ] && [ -n "$baseline" ]; then
     harness compare --service "$service" --baseline "$baseline" --current "$HARNESS_RUN_ID" \
-      --window "$window" --min-runs "$min_runs" --output "$summary" || compare_rc=$?
+      "${noise_args[@]}" --output "$summary" || compare_rc=$?
   elif [ "$upload_rc" = 0 ]; then
     printf '## Gate: %s\n\nRun `%s` stored as a baseline (suites exit %s); not compared.\n' \
       "$backend" "$HARNESS_RUN_ID" "$suites_rc" >>"$summary"

@@ -46,7 +46,8 @@ from harness.probes.gpu_configs import load_gpu_configs
 from harness.probes.gpu_health import probe_gpus
 from harness.probes.toolchain import compiler_version
 from harness.report.allure import allure_command
-from harness.results.store import default_url, display_url, open_store
+from harness.results.store import open_store
+from harness.results.store_backends import default_url, display_url
 
 #: The packages a run imports, as their distributions are named.
 KEY_PACKAGES = ("pytest", "allure-pytest", "httpx", "gguf", "sqlalchemy", "psycopg",

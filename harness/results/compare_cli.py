@@ -20,9 +20,13 @@ import httpx
 from click.core import ParameterSource
 
 from harness.errors import HarnessError
-from harness.results.compare import NoiseRule, compare, select_baseline
+from harness.results.baseline_selection import select_baseline
+from harness.results.comparison import compare
 from harness.results.model import RunRecord
-from harness.results.store import ResultsStore, default_url, open_store
+from harness.results.noise_rule import NoiseRule
+from harness.results.rules import NOISE_MIN_RUNS, NOISE_THRESHOLD, NOISE_WINDOW, NOISE_Z
+from harness.results.store import ResultsStore, open_store
+from harness.results.store_backends import default_url
 
 EXIT_OK = 0
 EXIT_REGRESSED = 1
@@ -120,13 +124,16 @@ def _service_report(service_url: str, *, baseline: str, current: str, window: in
 @click.option("--current", metavar="RUN_ID", default=None,
               help="The run to judge (default: the newest stored run; required with "
                    "--service).")
-@click.option("--window", type=click.IntRange(min=1), default=5, show_default=True,
+@click.option("--window", type=click.IntRange(min=1), default=NOISE_WINDOW,
+              show_default=True,
               help="Baseline runs for figures: the named run and those before it.")
-@click.option("--threshold", type=click.FloatRange(min=0), default=0.05, show_default=True,
+@click.option("--threshold", type=click.FloatRange(min=0), default=NOISE_THRESHOLD,
+              show_default=True,
               help="Relative change a figure must exceed to count (0.05 = 5 %).")
-@click.option("--z", "z", type=click.FloatRange(min=0), default=3.0, show_default=True,
+@click.option("--z", "z", type=click.FloatRange(min=0), default=NOISE_Z, show_default=True,
               help="Standard deviations from the baseline mean a figure must exceed.")
-@click.option("--min-runs", type=click.IntRange(min=2), default=3, show_default=True,
+@click.option("--min-runs", type=click.IntRange(min=2), default=NOISE_MIN_RUNS,
+              show_default=True,
               help="Baseline runs a figure needs before it is judged.")
 @click.option("--format", "output_format", type=click.Choice(["markdown", "json"]),
               default="markdown", show_default=True, help="Report format.")

@@ -64,6 +64,12 @@ def metric_direction(metric: str, what: str = "figure") -> Direction:
     return known.direction
 
 
+def metric_unit(metric: str) -> str:
+    """The unit ``metric`` is measured in; empty for a metric the harness does not define."""
+    known = METRICS.get(metric)
+    return known.unit if known else ""
+
+
 @dataclass(frozen=True)
 class Hardware:
     """Where a run ran. ``identity`` is what comparisons must agree on."""
@@ -178,11 +184,11 @@ class RunRecord:
 
     @classmethod
     def from_json(cls, body: object) -> RunRecord:
-        """Parse a ``run.json`` body against the schema (harness.results.run_schema).
+        """Parse a ``run.json`` body against the schema (harness.results.run_validation).
 
         Raises RunRecordError, a ValueError naming the JSON path of the first problem.
         """
-        # Imported here: run_schema builds these classes, so it imports this module.
-        from harness.results.run_schema import run_from_json  # noqa: PLC0415
+        # Imported here: run_validation builds these classes, so it imports this module.
+        from harness.results.run_validation import run_from_json  # noqa: PLC0415
 
         return run_from_json(body, source="run.json")

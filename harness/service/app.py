@@ -34,6 +34,12 @@ and comparisons must open from a pull request without credentials. Put the servi
 behind a proxy with authentication if the results are not for everyone who can reach it.
 
 One service process per data directory: the per-run locks are in memory.
+
+The module stays whole because it is one job, the HTTP surface: each handler only turns
+a request into calls on the store, the ingestor and the report worker and their answers
+into the statuses of ``ROUTE_STATUSES``, and the route table, that table and the handlers
+change together; the parsing, summaries, bundle checks and report files they lean on are
+modules of their own.
 """
 
 from __future__ import annotations
@@ -61,9 +67,13 @@ from starlette.responses import (
 from starlette.routing import Route
 
 from harness.errors import ConfigError, HarnessError
-from harness.results.compare import HardwareMismatchError, NoiseRule, compare, select_baseline
-from harness.results.run_schema import RunRecordError
-from harness.results.store import ResultsStore, ResultsStoreError, open_store
+from harness.results.baseline_selection import select_baseline
+from harness.results.comparison import HardwareMismatchError, compare
+from harness.results.noise_rule import NoiseRule
+from harness.results.rules import NOISE_MIN_RUNS, NOISE_THRESHOLD, NOISE_WINDOW, NOISE_Z
+from harness.results.run_validation import RunRecordError
+from harness.results.store import ResultsStore, open_store
+from harness.results.store_backends import ResultsStoreError
 from harness.service import summaries
 from harness.service.bundle import BundleRejectedError, BundleTooLargeError
 from harness.service.guard import RequestGuard
@@ -351,10 +361,10 @@ _LIST_LIMIT = Count("limit", DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT)
 _HISTORY_LIMIT = Count("limit", MAX_LIST_LIMIT, 1, MAX_LIST_LIMIT)
 #: Bounds wide enough for any real comparison, narrow enough that no value can
 #: overflow a database LIMIT or turn the noise arithmetic into inf.
-_WINDOW = Count("window", 5, 1, MAX_LIST_LIMIT)
-_THRESHOLD = Ratio("threshold", 0.05, 0.0, 10.0)
-_Z = Ratio("z", 3.0, 0.0, 1000.0)
-_MIN_RUNS = Count("min_runs", 3, 2, MAX_LIST_LIMIT)
+_WINDOW = Count("window", NOISE_WINDOW, 1, MAX_LIST_LIMIT)
+_THRESHOLD = Ratio("threshold", NOISE_THRESHOLD, 0.0, 10.0)
+_Z = Ratio("z", NOISE_Z, 0.0, 1000.0)
+_MIN_RUNS = Count("min_runs", NOISE_MIN_RUNS, 2, MAX_LIST_LIMIT)
 _FORMAT = Choice("format", "json", ("json", "markdown"))
 
 

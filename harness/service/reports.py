@@ -35,7 +35,8 @@ from typing import Any, Protocol
 
 from harness.errors import HarnessError
 from harness.results.model import RunRecord
-from harness.results.store import REPORT_STATES, ReportState, ResultsStore
+from harness.results.store import ResultsStore
+from harness.results.store_rows import REPORT_STATES, ReportState
 from harness.service.layout import Layout, is_valid_run_id
 from harness.strictjson import read_object
 

@@ -1,0 +1,213 @@
+"""A comparison written out: its JSON form and its GitHub-flavoured markdown summary.
+
+Pure formatting of a :class:`harness.results.comparison.Comparison` (the CLI and the
+results service print what these return); nothing here judges a figure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from harness.results.model import metric_unit
+from harness.results.rules import IMPROVED, MISSING_NOW, NO_BASELINE, REGRESSED, UNCHANGED
+
+if TYPE_CHECKING:
+    # Types only: comparison.py imports this module to render itself.
+    from harness.results.comparison import Comparison, FigureResult, TestChange
+
+_TEST_CATEGORIES = (
+    ("newly_failing", "Newly failing tests"),
+    ("fixed", "Fixed tests"),
+    ("still_failing", "Still failing tests"),
+    ("new_tests", "New tests"),
+    ("removed_tests", "Removed tests"),
+)
+
+#: Longest failure message a markdown table cell shows.
+_MESSAGE_CHARS = 160
+#: Longest counter value shown (a greedy completion's text can run to pages).
+_COUNTER_CHARS = 80
+
+
+# -- JSON ------------------------------------------------------------------------
+
+def _finite_or_text(value: float | None) -> float | str | None:
+    if value is None or math.isfinite(value):
+        return value
+    return "inf" if value > 0 else "-inf"
+
+
+def _change_json(change: TestChange) -> dict[str, Any]:
+    return {"test_id": change.test_id, "before": change.before, "after": change.after,
+            "message": change.message}
+
+
+def _figure_json(result: FigureResult) -> dict[str, Any]:
+    j = result.judgement
+    return {
+        "key": asdict(result.key), "label": result.label, "metric": result.metric,
+        "unit": result.unit, "status": result.status, "baseline_runs": j.n,
+        "baseline_mean": j.mean, "baseline_stdev": j.stdev, "current": result.current,
+        "change": _finite_or_text(j.change),
+        "change_percent": _finite_or_text(None if j.change is None else j.change * 100),
+        "z": _finite_or_text(j.z),
+    }
+
+
+def comparison_json(c: Comparison) -> dict[str, Any]:
+    """JSON-ready form; non-finite numbers (a z over a flat baseline) as "inf"."""
+    statuses = (REGRESSED, IMPROVED, UNCHANGED, NO_BASELINE, MISSING_NOW)
+    return {
+        "regressed": c.regressed,
+        "verdict": "regressed" if c.regressed else "ok",
+        "current_run": c.current_run_id,
+        "baseline_runs": list(c.baseline_run_ids),
+        "hardware": {**asdict(c.hardware), "identity": c.hardware.identity,
+                     "description": c.hardware.describe()},
+        "rule": asdict(c.rule),
+        "tests": {name: [_change_json(t) for t in getattr(c, name)]
+                  for name, _ in _TEST_CATEGORIES},
+        "figures": [_figure_json(r) for r in c.figure_results],
+        "figure_counts": {s: len(c.figures_with(s)) for s in statuses},
+        # As the run record holds it (every number finite, the schema saw to that).
+        "ab": c.ab,
+    }
+
+
+# -- markdown --------------------------------------------------------------------
+
+def _cell(text: str | None, limit: int = _MESSAGE_CHARS) -> str:
+    if text is None:
+        return "—"
+    flat = " ".join(text.split())
+    if len(flat) > limit:
+        flat = flat[:limit - 1] + "…"
+    return flat.replace("|", "\\|")
+
+
+def _num(value: float | None) -> str:
+    if value is None:
+        return "—"
+    if not math.isfinite(value):
+        return "∞" if value > 0 else "-∞"
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    if abs(value) >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+def _percent(change: float | None) -> str:
+    if change is None:
+        return "—"
+    if not math.isfinite(change):
+        return _num(change)
+    return f"{change * 100:+.1f} %"
+
+
+def _headline(c: Comparison) -> str:
+    if not c.regressed:
+        return "## ✅ No regression"
+    parts = []
+    if c.newly_failing:
+        parts.append(f"{len(c.newly_failing)} newly failing test"
+                     f"{'s' if len(c.newly_failing) != 1 else ''}")
+    if c.regressions:
+        parts.append(f"{len(c.regressions)} figure regression"
+                     f"{'s' if len(c.regressions) != 1 else ''}")
+    if c.ab_regressions:
+        parts.append(f"A/B regression in {', '.join(c.ab_regressions)}")
+    return f"## ❌ Regressed: {', '.join(parts)}"
+
+
+def _test_table(changes: Sequence[TestChange]) -> list[str]:
+    lines = ["| Test | Before | Now | Message |", "| --- | --- | --- | --- |"]
+    lines += [f"| `{_cell(t.test_id)}` | {t.before or '—'} | {t.after or '—'} | "
+              f"{_cell(t.message)} |" for t in changes]
+    return lines
+
+
+def _figure_table(results: Sequence[FigureResult]) -> list[str]:
+    lines = ["| Figure | Metric | Baseline mean ± stdev (runs) | Now | Change | z |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for r in results:
+        j = r.judgement
+        unit = f" {r.unit}" if r.unit else ""
+        lines.append(f"| {_cell(r.label)} | {r.metric} | {_num(j.mean)} ± {_num(j.stdev)}"
+                     f"{unit} ({j.n}) | {_num(r.current)}{unit} | {_percent(j.change)} | "
+                     f"{_num(j.z)} |")
+    return lines
+
+
+def _ratio(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def _ab_section(c: Comparison, ab: dict[str, Any]) -> list[str]:
+    """The "Performance A/B" section: per metric ratio and CI, then changed counters."""
+    threshold: float = ab["threshold"]
+    regressed = c.ab_regressions
+    title = "### Performance A/B" + (f": ❌ regressed ({', '.join(regressed)})"
+                                     if regressed else "")
+    lines = [
+        "", title, "",
+        f"Candidate `{_cell(ab['candidate'])}` against baseline `{_cell(ab['baseline'])}`, "
+        f"measured side by side ({ab['design']} design). Ratio is candidate / baseline; "
+        f"regressed (or improved) when the whole 95 % interval is more than "
+        f"{threshold * 100:g} % worse (or better), unchanged when it lies within "
+        f"{threshold * 100:g} %, unknown when the budget ran out first.", "",
+        "| Metric | Ratio | 95 % CI | Pairs | Verdict |", "| --- | --- | --- | --- | --- |",
+    ]
+    for name, m in c.ab_metrics:
+        unit = f" ({metric_unit(name)})" if metric_unit(name) else ""
+        interval = ("—" if m["ci_low"] is None or m["ci_high"] is None
+                    else f"[{_ratio(m['ci_low'])}, {_ratio(m['ci_high'])}]")
+        verdict = f"**{m['verdict']}**" if m["verdict"] == REGRESSED else m["verdict"]
+        lines.append(f"| {name}{unit} | {_ratio(m['ratio'])} | {interval} | {m['pairs']} | "
+                     f"{verdict} |")
+    changes: list[dict[str, str]] = ab["counter_changes"]
+    if not changes:
+        lines += ["", "No deterministic counter changed."]
+        return lines
+    lines += ["", f"Deterministic counters that changed ({len(changes)}):", "",
+              "| Counter | Baseline | Candidate |", "| --- | --- | --- |"]
+    lines += [f"| `{_cell(ch['name'])}` | {_cell(ch['baseline'], _COUNTER_CHARS)} | "
+              f"{_cell(ch['candidate'], _COUNTER_CHARS)} |" for ch in changes]
+    return lines
+
+
+def comparison_markdown(c: Comparison) -> str:
+    """A GitHub-flavoured summary, e.g. for ``$GITHUB_STEP_SUMMARY``."""
+    anchor, *older = c.baseline_run_ids
+    rule = c.rule
+    lines = [
+        _headline(c), "",
+        f"Run `{c.current_run_id}` against baseline `{anchor}`"
+        + (f" and {len(older)} earlier run{'s' if len(older) != 1 else ''} "
+           f"({', '.join(f'`{r}`' for r in older)})" if older else "")
+        + f", on {c.hardware.describe()}.", "",
+        f"A figure counts as moved when it is more than {rule.threshold * 100:g} % and "
+        f"more than {rule.z:g} standard deviations from the mean of at least "
+        f"{rule.min_runs} baseline runs, and more than its metric's absolute floor "
+        f"(timings and memory); tests compare with `{anchor}` alone.",
+    ]
+    for name, title in _TEST_CATEGORIES:
+        changes: tuple[TestChange, ...] = getattr(c, name)
+        if changes:
+            lines += ["", f"### {title} ({len(changes)})", "", *_test_table(changes)]
+    for status, title in ((REGRESSED, "Figure regressions"), (IMPROVED, "Figure improvements")):
+        found = c.figures_with(status)
+        if found:
+            lines += ["", f"### {title} ({len(found)})", "", *_figure_table(found)]
+    counts = [f"{len(c.figures_with(UNCHANGED))} unchanged",
+              f"{len(c.figures_with(NO_BASELINE))} without a baseline "
+              f"(fewer than {rule.min_runs} baseline runs)"]
+    if c.figures_with(MISSING_NOW):
+        counts.append(f"{len(c.figures_with(MISSING_NOW))} in the baseline but missing now")
+    lines += ["", f"Figures: {', '.join(counts)}."]
+    if c.ab is not None:
+        lines += _ab_section(c, c.ab)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,173 @@
+"""The one validated way to read a run record, and to check one before it is stored.
+
+``run.json`` comes from CI runners the results service and ``harness store`` do not
+control, so every reader goes through :func:`parse_run_json` (bytes or text) or
+:func:`run_from_json` (an already parsed object), and every writer into the store
+through :func:`check_run`. All three apply RUN_SCHEMA (harness/results/run_schema.py)
+and the checks around it (harness/results/json_hazards.py), asking the quick check
+first; a refusal is a :class:`RunRecordError` naming the JSON path of the first problem.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any, cast
+
+from jsonschema import Draft202012Validator, validators
+
+from harness.errors import HarnessError
+from harness.results.json_hazards import load_json, nested_too_deep, unrepresentable
+from harness.results.model import (
+    BuildRef,
+    Figure,
+    FigureKey,
+    Hardware,
+    RunRecord,
+    TestOutcome,
+)
+from harness.results.run_schema import MAX_DEPTH, MAX_DOCUMENT_BYTES, RUN_SCHEMA
+from harness.results.schema_messages import describe, json_path, show_value
+from harness.results.schema_quick_check import passes_quick_check
+
+_FIX = ("write it with the harness's RunRecord.to_json (pytest --harness-run-record=PATH "
+        "writes one)")
+
+
+class RunRecordError(HarnessError, ValueError):
+    """A run record (``run.json`` or one built in code) that the schema refuses.
+
+    A ValueError too, so callers of :meth:`RunRecord.from_json` that catch
+    ``(KeyError, TypeError, ValueError)`` keep working.
+    """
+
+    def __init__(self, source: str, field: str, problem: str, fix: str = _FIX) -> None:
+        #: JSON path of the refused value (``$.outcomes[3].test_id``; ``$`` for all of it).
+        self.field = field
+        #: What held the record: a file name, ``run.json``, ``run 'ID'``.
+        self.source = source
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"{source} is not a harness run record: {field}: {problem}; {fix}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.source, self.field, self.problem, self.fix))
+
+
+# -- reading -------------------------------------------------------------------------
+
+def parse_run_json(data: bytes | str, *, source: str = "run.json") -> RunRecord:
+    """The run record in ``data`` (a whole ``run.json``), validated against the schema."""
+    if len(data) > MAX_DOCUMENT_BYTES:
+        unit = "characters" if isinstance(data, str) else "bytes"
+        raise RunRecordError(source, "$", f"{len(data)} {unit} are too many: expected at "
+                             f"most {MAX_DOCUMENT_BYTES} bytes")
+    if isinstance(data, str):
+        text = data
+    else:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise RunRecordError(source, "$", f"byte {exc.start} is not UTF-8: expected "
+                                 "UTF-8 JSON text") from exc
+    if nested_too_deep(text):
+        raise RunRecordError(source, "$", f"containers nested more than {MAX_DEPTH} deep "
+                             "are not allowed")
+    try:
+        body = load_json(text)
+    except json.JSONDecodeError as exc:
+        raise RunRecordError(source, "$", f"not valid JSON: {exc}") from exc
+    except RecursionError as exc:  # pragma: no cover - nested_too_deep comes first
+        raise RunRecordError(source, "$", f"containers nested more than {MAX_DEPTH} deep "
+                             "are not allowed") from exc
+    return run_from_json(body, source=source)
+
+
+def run_from_json(body: object, *, source: str = "run record") -> RunRecord:
+    """The run record in an already parsed ``run.json`` body, validated against the schema."""
+    _check(body, source)
+    return _build(cast(Mapping[str, Any], body))
+
+
+def check_run(run: RunRecord) -> None:
+    """Raise :class:`RunRecordError` if ``run`` (maybe built in code) breaks the schema."""
+    _check(run.to_json(), f"run {show_value(run.run_id)}",
+           fix="build it from what was measured: finite numbers, text without NUL")
+
+
+def _build(body: Mapping[str, Any]) -> RunRecord:
+    """A record from a body the schema accepted: every key is known, every type right."""
+    return RunRecord(
+        run_id=body["run_id"], branch=body["branch"], commit=body["commit"],
+        started_at=body["started_at"], finished_at=body["finished_at"],
+        hardware=Hardware(**body["hardware"]), build=BuildRef(**body["build"]),
+        harness_version=body["harness_version"],
+        outcomes=tuple(TestOutcome(test_id=o["test_id"], outcome=o["outcome"],
+                                   duration_s=float(o.get("duration_s", 0.0)),
+                                   message=o.get("message"))
+                       for o in body.get("outcomes", ())),
+        figures=tuple(Figure(test_id=f["test_id"], key=FigureKey(**f["key"]),
+                             metric=f["metric"], value=float(f["value"]))
+                      for f in body.get("figures", ())),
+        labels=dict(body.get("labels", {})),
+        ab=_ab(body["ab"]) if "ab" in body else None,
+    )
+
+
+def _ab(ab: Mapping[str, Any]) -> dict[str, Any]:
+    """A fresh copy of an accepted ``ab`` object, its numbers floats as record_json's are."""
+    return {
+        "baseline": ab["baseline"], "candidate": ab["candidate"], "design": ab["design"],
+        "threshold": float(ab["threshold"]),
+        "metrics": {name: {"verdict": m["verdict"], "pairs": m["pairs"],
+                           **{k: None if m[k] is None else float(m[k])
+                              for k in ("ratio", "ci_low", "ci_high")}}
+                    for name, m in ab["metrics"].items()},
+        "counter_changes": [{"name": c["name"], "baseline": c["baseline"],
+                             "candidate": c["candidate"]} for c in ab["counter_changes"]],
+    }
+
+
+# -- the schema's validator ------------------------------------------------------------
+
+
+def _is_integer(_checker: object, instance: object) -> bool:
+    # Exact: JSON true is no count, and 3.0 is no integer in what the harness writes.
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+def _is_number(_checker: object, instance: object) -> bool:
+    # NaN passes every minimum and maximum, so non-finite floats are no numbers at all.
+    return (_is_integer(_checker, instance)
+            or (isinstance(instance, float) and math.isfinite(instance)))
+
+
+def _is_array(_checker: object, instance: object) -> bool:
+    # RunRecord.to_json keeps the record's tuples (dataclasses.asdict does).
+    return isinstance(instance, list | tuple)
+
+
+_TYPES = Draft202012Validator.TYPE_CHECKER.redefine_many({
+    "integer": _is_integer, "number": _is_number, "array": _is_array})
+# types-jsonschema leaves extend() untyped; it returns a Draft202012Validator subclass.
+_RunValidator: type[Draft202012Validator] = validators.extend(  # type: ignore[no-untyped-call]
+    Draft202012Validator, type_checker=_TYPES)
+#: jsonschema's validator of RUN_SCHEMA, with JSON's types as the harness writes them.
+RUN_VALIDATOR = _RunValidator(RUN_SCHEMA)
+
+
+def _check(body: object, source: str, fix: str = _FIX) -> None:
+    if passes_quick_check(body):
+        return
+    found = unrepresentable(body)
+    if found is not None:
+        raise RunRecordError(source, *found, fix=fix)
+    # min(): the first by path, the same on every run, without sorting them all.
+    error = min(RUN_VALIDATOR.iter_errors(body),
+                key=lambda e: (json_path(e.absolute_path), str(e.validator), e.message),
+                default=None)
+    # None: the quick check is stricter than jsonschema in a corner (1.0 for 1), and
+    # jsonschema has the last word.
+    if error is not None:
+        raise RunRecordError(source, *describe(error), fix=fix)

@@ -1,0 +1,125 @@
+"""Run records and report states as rows of the store's tables, and back (pure).
+
+A run goes in as one ``runs`` row with its ``outcomes`` and ``figures`` rows and
+comes back as the ``run.json`` body those rows make, which the store rebuilds through
+the run schema. :class:`ReportState` is the other value the store keeps: where a run's
+report stands, kept with the run so the results service stores both in one
+transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sqlalchemy import RowMapping
+
+from harness.results.model import Figure, RunRecord, TestOutcome
+from harness.results.store_tables import KEY_FIELDS
+
+#: A report waits for the service's worker (pending), was made (ready) or could not be.
+REPORT_STATES = frozenset({"pending", "ready", "failed"})
+
+
+@dataclass(frozen=True)
+class ReportState:
+    """Where a run's report stands, as the results service records it."""
+
+    #: One of :data:`REPORT_STATES`.
+    state: str
+    message: str | None = None
+    problems: tuple[str, ...] = ()
+    #: time.time_ns() when the report was queued: the worker takes the oldest first.
+    queued_ns: int = 0
+    updated_at: str = ""
+
+    def __post_init__(self) -> None:
+        if self.state not in REPORT_STATES:
+            raise ValueError(f"report state {self.state!r} is not one of "
+                             f"{', '.join(sorted(REPORT_STATES))}")
+        if not 0 <= self.queued_ns < 2**63:
+            raise ValueError(f"report queued_ns {self.queued_ns} is outside 0 to 2**63 - 1 "
+                             "(a BIGINT); use time.time_ns()")
+
+
+# -- records -> rows -----------------------------------------------------------
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def run_row(run: RunRecord) -> dict[str, Any]:
+    return {
+        "run_id": run.run_id, "branch": run.branch, "commit": run.commit,
+        "started_at": run.started_at, "finished_at": run.finished_at,
+        "hardware_identity": run.hardware.identity,
+        "hardware": _dumps(asdict(run.hardware)), "build": _dumps(asdict(run.build)),
+        "harness_version": run.harness_version, "labels": _dumps(run.labels),
+        "ab": None if run.ab is None else _dumps(run.ab),
+    }
+
+
+def outcome_row(run_id: str, position: int, outcome: TestOutcome) -> dict[str, Any]:
+    return {"run_id": run_id, "position": position, "test_id": outcome.test_id,
+            "outcome": outcome.outcome, "duration_s": outcome.duration_s,
+            "message": outcome.message}
+
+
+def figure_row(run: RunRecord, position: int, figure: Figure) -> dict[str, Any]:
+    return {"run_id": run.run_id, "position": position, "test_id": figure.test_id,
+            "metric": figure.metric, "value": figure.value,
+            "hardware_identity": run.hardware.identity, "build_key": run.build.build_key,
+            **asdict(figure.key)}
+
+
+def report_row(run_id: str, state: ReportState) -> dict[str, Any]:
+    # PostgreSQL's text cannot hold NUL and SQLite's can: the report's words (often a
+    # tool's output) are kept readable on both rather than failing on one.
+    message = None if state.message is None else _no_nul(state.message)
+    return {"run_id": run_id, "state": state.state, "message": message,
+            "problems": _dumps(list(state.problems)), "queued_ns": state.queued_ns,
+            "updated_at": _no_nul(state.updated_at)}
+
+
+def _no_nul(text: str) -> str:
+    return text.replace("\x00", "\ufffd")
+
+
+# -- rows -> records -----------------------------------------------------------
+
+def report_state(row: RowMapping) -> ReportState:
+    return ReportState(state=row["state"], message=row["message"],
+                       problems=tuple(str(p) for p in json.loads(row["problems"])),
+                       queued_ns=int(row["queued_ns"]), updated_at=row["updated_at"])
+
+
+def outcome_json(row: RowMapping) -> dict[str, Any]:
+    """An ``outcomes`` row as the run.json outcome it was."""
+    return {"test_id": row["test_id"], "outcome": row["outcome"],
+            "duration_s": row["duration_s"], "message": row["message"]}
+
+
+def figure_json(row: RowMapping) -> dict[str, Any]:
+    """A ``figures`` row as the run.json figure it was."""
+    return {"test_id": row["test_id"], "key": {name: row[name] for name in KEY_FIELDS},
+            "metric": row["metric"], "value": row["value"]}
+
+
+def run_json(row: RowMapping, outcomes: Sequence[dict[str, Any]],
+             figures: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The run.json body of a ``runs`` row and its outcomes and figures, unchecked.
+
+    Raises ValueError for a JSON column that does not parse.
+    """
+    # A run without an A/B result has no ``ab`` key, as its run.json has none.
+    ab = {} if row["ab"] is None else {"ab": json.loads(row["ab"])}
+    return {
+        "run_id": row["run_id"], "branch": row["branch"], "commit": row["commit"],
+        "started_at": row["started_at"], "finished_at": row["finished_at"],
+        "hardware": json.loads(row["hardware"]), "build": json.loads(row["build"]),
+        "harness_version": row["harness_version"],
+        "outcomes": list(outcomes), "figures": list(figures),
+        "labels": json.loads(row["labels"]), **ab,
+    }
