@@ -6,24 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from harness import modelgen
 from harness.errors import ConfigError
 from harness.facts.build import Backend
-from harness.facts.gpu import GpuInfo, Vendor
+from harness.facts.gpu import Vendor
 from harness.planning.container_gpu import (
     DRI,
     KFD,
     ContainerGpuArgs,
     DevicePath,
     GpuAccess,
-    gpu_access_for_plan,
     plan_gpu_access,
     visible_devices,
 )
-from harness.planning.plan import PlanRequest, plan_launch
-from harness.probes.gguf_facts import read_model_facts
 from harness.probes.gpu_access import check_gpu_access
-from harness.probes.gpu_configs import load_gpu_configs
 
 
 def test_the_cpu_backend_needs_no_device() -> None:
@@ -182,22 +177,3 @@ def test_vulkan_on_an_amd_card_requires_dri(tmp_path: Path) -> None:
     assert access is not None
     with pytest.raises(ConfigError, match="no-dri, which does not exist"):
         check_gpu_access(access, {})
-
-
-@pytest.mark.parametrize(("gpu", "backend", "expected"), [
-    # The H200 config: NVIDIA, main_gpu 0; its Vulkan access asks for the graphics ICD.
-    (GpuInfo("NVIDIA H200", 143771), Backend.VULKAN,
-     (("gpu", "graphics", "compute", "utility"), {"GGML_VK_VISIBLE_DEVICES": "0"})),
-    (GpuInfo("AMD Instinct MI300X", 196592), Backend.ROCM,
-     ((), {"HIP_VISIBLE_DEVICES": "0", "ROCR_VISIBLE_DEVICES": "0"})),
-    (None, Backend.CUDA, (("gpu",), {})),
-])
-def test_access_for_a_plan_reads_vendor_and_main_gpu(
-        gpu: GpuInfo | None, backend: Backend,
-        expected: tuple[tuple[str, ...], dict[str, str]]) -> None:
-    path = modelgen.ensure_fixtures().model("dense")
-    plan = plan_launch(PlanRequest(model_path=path, model=read_model_facts(path), gpu=gpu,
-                                   configs=load_gpu_configs()))
-    access = gpu_access_for_plan(plan, backend)
-    assert access is not None
-    assert (access.nvidia_capabilities, dict(access.environment)) == expected

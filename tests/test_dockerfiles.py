@@ -1,6 +1,6 @@
 """The per-backend Dockerfiles in ci/docker/, their parser, and the build args the harness passes.
 
-Nothing here runs Docker. Each Dockerfile is parsed (``harness.builds.dockerfile``) and
+Nothing here runs Docker. Each Dockerfile is parsed (``dockerfile_parser``, beside this file) and
 its CMake configure call, expanded with the build args ``container_build_args`` returns,
 is compared with the native build's ``BuildRequest.cmake_flags()``: the check that a
 container build and a native build of one request cannot drift apart.
@@ -11,13 +11,10 @@ from __future__ import annotations
 import re
 
 import pytest
+from dockerfile_parser import Dockerfile, parse_dockerfile
+from shell_commands import ShellCommand
 
-from harness.builds.dockerfile import (
-    Dockerfile,
-    ShellCommand,
-    dockerfile_path,
-    parse_dockerfile,
-)
+from harness.builds.dockerfile import dockerfile_path
 from harness.builds.source import load_manifest
 from harness.errors import BuildError, ConfigError
 from harness.facts.build import Backend

@@ -49,7 +49,7 @@ from harness.facts.cuda_toolkit import (
 )
 from harness.probes import toolchain
 from harness.probes.gpu_configs import load_gpu_configs
-from harness.probes.gpu_health import GpuHealth, SeenGpu, nvml_failure
+from harness.probes.gpu_tool_readers import GpuHealth, SeenGpu, nvml_failure
 
 CONFIGS = load_gpu_configs()
 NO_NVIDIA = nvml_failure(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "NVML Shared Library Not Found")

@@ -16,7 +16,8 @@ from harness.errors import ModelFileError
 from harness.facts.model import ModelFacts
 from harness.modelgen.catalog import load_all
 from harness.modelgen.specs import ModelShape
-from harness.probes.gguf_facts import NUM_LOOPS_KEY, RECURRENT_LAYERS_KEY, read_model_facts
+from harness.probes.gguf_facts import read_model_facts
+from harness.probes.gguf_header import NUM_LOOPS_KEY, RECURRENT_LAYERS_KEY
 
 K = gguf.Keys
 SPECS = load_all()[0]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.facts.build import Backend
-from harness.probes import gpu_health, hardware
+from harness.probes import gpu_tool_readers, hardware
 from harness.probes.devices import Device
 from harness.probes.gpu_health import runner_gpu_health
 from harness.probes.hardware import cpu_model, detect_hardware
@@ -84,9 +84,9 @@ def test_without_nvml_or_gpu_devices_there_is_no_gpu() -> None:
 
 def test_an_nvidia_gpu_the_runner_probe_lists_names_the_hardware(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    h200 = gpu_health.SeenGpu(name="NVIDIA H200", source=gpu_health.NVML, driver="570.86",
-                              total_mib=143771, free_mib=143000)
-    listed = gpu_health.GpuHealth(Backend.CUDA, gpu_health.NVML, gpus=(h200,))
+    h200 = gpu_tool_readers.SeenGpu(name="NVIDIA H200", source=gpu_tool_readers.NVML,
+                                    driver="570.86", total_mib=143771, free_mib=143000)
+    listed = gpu_tool_readers.GpuHealth(Backend.CUDA, gpu_tool_readers.NVML, gpus=(h200,))
     monkeypatch.setattr(hardware, "runner_gpu_health", lambda backend: listed)
     found = detect_hardware((RADEON,))
     assert (found.gpu, found.gpu_driver, found.vram_mib) == ("NVIDIA H200", "570.86", 143771)

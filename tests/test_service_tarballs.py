@@ -33,12 +33,8 @@ from starlette.applications import Starlette
 from harness.results.store import open_store
 from harness.service.app import create_app
 from harness.service.background import serve_in_thread
-from harness.service.bundle import (
-    BundleRejectedError,
-    BundleTooLargeError,
-    make_bundle,
-    safe_extract,
-)
+from harness.service.bundle import BundleRejectedError, BundleTooLargeError, make_bundle
+from harness.service.bundle_extract import safe_extract
 from harness.service.settings import (
     DEFAULT_MAX_MEMBERS,
     DEFAULT_MAX_UNPACKED_BYTES,
@@ -195,8 +191,8 @@ REFUSED = [
      "not a readable gzip tarball"),
     ("too-many-members", tarball([*GOOD, *(_file(f"allure-results/{i}.json", b"{}")
                                            for i in range(MAX_MEMBERS))]), 413, "members"),
-    # Headers: each of these is refused by a TarInfo hook in bundle.py before tarfile
-    # reads what the header declares; the reason is the hook's own, so these fail if a
+    # Headers: each of these is refused by a TarInfo hook in tar_header_caps.py before
+    # tarfile reads what the header declares; the reason is the hook's own, so these fail if a
     # Python upgrade stops calling _proc_gnulong / _proc_pax / _proc_sparse /
     # _proc_gnusparse_* (the member checks would refuse some later, with another text).
     ("long-name-4096", tarball([*GOOD, _file(name_of(4096), b"x")]), 413,
@@ -461,7 +457,8 @@ def test_gzip_streams_that_are_whole_are_taken(tmp_path: Path, body: bytes) -> N
 
 
 def test_tarfile_still_has_what_bundle_relies_on() -> None:
-    """bundle.py overrides private TarInfo hooks to cap headers before they are read.
+    """tar_header_caps.py overrides private TarInfo hooks to cap headers before tarfile
+    reads them.
 
     If a Python upgrade renames them, this fails first; the REFUSED cases
     long-name-4096, pax-header-over-64k, gnu-sparse and pax-sparse-* fail too, since

@@ -7,6 +7,10 @@ the device nodes and the groups that open them, a writable build cache; for CUDA
 cuBLAS and the libcuda a native build links). What a run can
 do without is ``warn`` when it is missing or degraded (no Allure, no Docker engine, a
 GPU that falls back on a VRAM bucket) and ``n/a`` when this machine has no such thing.
+
+The module stays whole because it is one table: every row below applies that one rule to
+one fact, and ``doctor_rows`` lists them in the order a reader fixes things, which is
+easiest to check with the rows side by side.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from harness.facts.gpu import GpuConfig
 from harness.planning.autotune import TuneSource, autotune, match_config
 from harness.planning.build_plan import NO_VMM_FLAG, cublas_fix
 from harness.probes.gpu_access import NVIDIA_RUNTIME, NVIDIA_TOOLKIT_HINT
-from harness.probes.gpu_health import AMDGPU_FIX, SeenGpu
+from harness.probes.gpu_tool_readers import AMDGPU_FIX, SeenGpu
 
 GPU_BACKENDS = (Backend.CUDA, Backend.ROCM, Backend.VULKAN)
 MIN_PYTHON = (3, 11)

@@ -9,7 +9,7 @@ from types import MappingProxyType
 from harness.facts.build import Backend
 from harness.facts.cuda_toolkit import CudaToolkit
 from harness.facts.gpu import GpuConfig
-from harness.probes.gpu_health import GpuHealth
+from harness.probes.gpu_tool_readers import GpuHealth
 
 
 @dataclass(frozen=True)

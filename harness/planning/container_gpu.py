@@ -1,4 +1,4 @@
-"""Which GPUs a llama-server container is given, from the backend and the plan (pure).
+"""Which GPUs a llama-server container is given, from the backend, vendor and main GPU (pure).
 
 A process on the host sees every GPU; a container sees only what it is handed. The
 mapping here mirrors each vendor's documented way of handing a GPU to a container:
@@ -31,7 +31,6 @@ from typing import Any
 
 from harness.facts.build import Backend
 from harness.facts.gpu import Vendor
-from harness.planning.plan import LaunchPlan
 
 KFD = Path("/dev/kfd")
 DRI = Path("/dev/dri")
@@ -142,10 +141,3 @@ def plan_gpu_access(backend: Backend, *, vendor: Vendor | None = None,
                      devices=(DevicePath(dri, vendor not in (None, Vendor.NVIDIA)),),
                      groups=GPU_GROUPS, environment=MappingProxyType(environment))
 
-
-def gpu_access_for_plan(plan: LaunchPlan, backend: Backend, *, kfd: Path = KFD,
-                        dri: Path = DRI) -> GpuAccess | None:
-    """The access for ``plan`` on a ``backend`` build: vendor from the matched GPU config."""
-    config = plan.tune.config
-    return plan_gpu_access(backend, vendor=config.vendor if config is not None else None,
-                           main_gpu=plan.spec.main_gpu, kfd=kfd, dri=dri)

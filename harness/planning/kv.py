@@ -29,6 +29,10 @@ Ported from the pinned llama.cpp source rather than estimated:
 Cache types are the nine ``-ctk/-ctv`` values of a stock server, sized from
 ``gguf.GGML_QUANT_SIZES``, plus fork-only types passed in as plain data (name, values per
 block, bytes per block), e.g. ``configs/kv_types.json``.
+
+The module stays whole because it is one ported algorithm: the cache types, the layer
+layout and the sizing are each a step of the same allocation, checked line by line against
+the source files listed above, and apart none of them is something llama.cpp computes.
 """
 
 from __future__ import annotations

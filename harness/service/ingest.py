@@ -35,7 +35,7 @@ from pathlib import Path
 
 from harness.results.model import RunRecord
 from harness.results.store import ResultsStore
-from harness.service.bundle import safe_extract
+from harness.service.bundle_extract import safe_extract
 from harness.service.layout import Layout
 from harness.service.reports import pending_state
 
