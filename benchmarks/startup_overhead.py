@@ -25,7 +25,8 @@ from harness.builds.resolve import ensure_build
 from harness.paths import cache_root
 from harness.planning.build_plan import BuildRequest
 from harness.planning.launch import LaunchSpec
-from harness.runners.subprocess_runner import LOOPBACK, SubprocessRunner
+from harness.runners.launching import LOOPBACK
+from harness.runners.subprocess_runner import SubprocessRunner
 
 POLL_S = 0.02  # the same interval the harness's readiness wait polls at
 

@@ -27,7 +27,7 @@ from harness.facts.build import BuildInfo
 from harness.planning.launch import LaunchSpec
 from harness.probes.docker_engine import docker_engine
 from harness.runners.container_runner import ContainerRunner
-from harness.supervise.readiness import wait_until_ready
+from harness.runners.readiness import wait_until_ready
 from harness.verdicts.failure import classify_start_failure
 from harness.verdicts.gpu_use import gpu_verdict
 

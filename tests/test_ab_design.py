@@ -28,7 +28,7 @@ from harness.ab.design import (
 from harness.ab.report import outcome_json, record_json, table
 from harness.ab.runner import AbOutcome, AbSettings, Arm, run_ab
 from harness.errors import ConfigError
-from harness.results.run_schema import parse_run_json
+from harness.results.run_validation import parse_run_json
 
 
 def test_interleaved_blocks_are_abba_or_baab_with_two_pairs_each() -> None:

@@ -23,14 +23,9 @@ from harness.client import ServerClient
 from harness.errors import ConfigError, ServerExitedError, ServerNotReadyError
 from harness.planning.launch import LaunchSpec
 from harness.probes.docker_engine import docker_engine
-from harness.runners.container_runner import (
-    MANAGED_LABEL,
-    SESSION_ID,
-    SESSION_LABEL,
-    ContainerRunner,
-    ContainerServer,
-    sweep_containers,
-)
+from harness.runners.container_labels import MANAGED_LABEL, SESSION_ID, SESSION_LABEL
+from harness.runners.container_runner import ContainerRunner, ContainerServer
+from harness.runners.container_sweep import sweep_containers
 
 pytestmark = [pytest.mark.docker, pytest.mark.server]
 

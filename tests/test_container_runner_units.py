@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from harness.planning.launch import LaunchSpec
-from harness.runners.container_runner import absolute_paths, spec_mounts, status_from_docker
+from harness.runners.container_runner import absolute_paths, spec_mounts
+from harness.runners.llama_server_container import status_from_docker
 
 
 @pytest.mark.parametrize(("docker_status", "expected"), [

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.probes.docker_engine import docker_engine
-from harness.runners.container_runner import MANAGED_LABEL
+from harness.runners.container_labels import MANAGED_LABEL
 
 pytestmark = [pytest.mark.docker, pytest.mark.server]
 

@@ -13,7 +13,7 @@ import pytest
 
 from harness.errors import ServerExitedError, ServerNotReadyError
 from harness.runners.base import RunningServer
-from harness.supervise.readiness import ProcessAlive, wait_until_ready
+from harness.runners.readiness import ProcessAlive, wait_until_ready
 
 
 @dataclass
@@ -40,11 +40,23 @@ class ScriptedServer:
             return 1
         return None
 
+    def host_pid(self) -> int | None:
+        return None
+
     def log_tail(self, lines: int = 40) -> list[str]:
         return self.lines[-lines:]
 
+    def log_text(self) -> str:
+        return "\n".join(self.lines)
+
     def stop(self) -> int | None:
         return None
+
+    def __enter__(self) -> ScriptedServer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
 
 @dataclass

@@ -27,9 +27,9 @@ from harness.planning.drafter import BrokenDrafters
 from harness.planning.ladder import Step
 from harness.planning.launch import LaunchSpec
 from harness.probes.gguf_facts import read_model_facts
+from harness.runners.base import WaitCondition
 from harness.runners.subprocess_runner import SubprocessRunner, SubprocessServer
 from harness.supervise.oom_injector import OOM_EXIT_CODE, make_oom_launcher, starts_seen
-from harness.supervise.readiness import WaitCondition
 from harness.supervise.supervisor import (
     SERVED,
     LaunchFailedError,
@@ -79,6 +79,11 @@ class _Tracking:
 
     def launch(self, spec: LaunchSpec) -> SubprocessServer:
         server = self.runner.launch(spec)
+        self.started.append(server)
+        return server
+
+    def start(self, spec: LaunchSpec) -> SubprocessServer:
+        server = self.runner.start(spec)
         self.started.append(server)
         return server
 

@@ -41,9 +41,10 @@ from harness.errors import ConfigError
 from harness.perf.keys import DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS, DEFAULT_REPETITIONS
 from harness.perf.measure import measure_speed, prompt_ids
 from harness.planning.launch import LaunchSpec
+from harness.runners.base import RunningServer, ServerRunner
 from harness.runners.container_runner import ContainerRunner
-from harness.runners.subprocess_runner import SubprocessRunner, SubprocessServer
-from harness.supervise.readiness import ready_or_stopped
+from harness.runners.launching import until_ready
+from harness.runners.subprocess_runner import SubprocessRunner
 
 #: What ``harness ab`` measures unless told otherwise, in the order it prints them.
 AB_METRICS = ("decode_tps", "prompt_tps", "ttft_ms", "load_s")
@@ -151,7 +152,7 @@ class _Starter:
         self._settings = settings
         self._spec = LaunchSpec(model=settings.model, ctx_size=settings.ctx_size,
                                 threads=threads)
-        self._runner: SubprocessRunner | ContainerRunner
+        self._runner: ServerRunner[RunningServer]
         if arm.binary is not None:
             self._runner = SubprocessRunner(arm.binary, log_dir / arm.label, env=env)
         else:
@@ -161,10 +162,15 @@ class _Starter:
     def measure(self, cpus: set[int] | None) -> tuple[dict[str, float], dict[str, str]]:
         launched = time.monotonic()
         server = self._runner.launch(self._spec)
-        pid = server.pid if isinstance(server, SubprocessServer) else None
-        if cpus is not None and pid is not None:
-            _pin(pid, cpus)
-        ready_or_stopped(server, self._runner.conditions, self._runner.ready_timeout_s)
+        try:
+            # Pinned before the wait, so the model loads on the arm's cores too.
+            pid = server.host_pid() if cpus is not None else None
+            if cpus is not None and pid is not None:
+                _pin(pid, cpus)
+        except BaseException:
+            server.stop()
+            raise
+        until_ready(self._runner, server)
         values: dict[str, float] = {"load_s": time.monotonic() - launched}
         try:
             if cpus is not None and pid is not None:

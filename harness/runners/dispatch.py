@@ -23,7 +23,7 @@ class PlanBackend(Protocol):
 class LlamaCppBackend:
     """The llama-cpp backend: starts a llama-server for the plan's launch spec."""
 
-    def __init__(self, runner: ServerRunner) -> None:
+    def __init__(self, runner: ServerRunner[RunningServer]) -> None:
         self.runner = runner
 
     def load(self, plan: LaunchPlan) -> RunningServer:

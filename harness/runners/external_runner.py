@@ -11,27 +11,27 @@ output there, and says so when it fails.
 
 from __future__ import annotations
 
-import itertools
-import os
 from collections.abc import Sequence
 from pathlib import Path
+from types import TracebackType
 from urllib.parse import urlsplit
 
 from harness.errors import ConfigError, ServerNotReadyError
 from harness.planning.launch import LaunchSpec
-from harness.runners.base import read_log_tail
-from harness.runners.observe import notify_launched
-from harness.supervise.readiness import (
-    AddressKnown,
-    HealthOk,
-    WaitCondition,
-    ready_or_stopped,
+from harness.runners.base import WaitCondition
+from harness.runners.launching import (
+    DEFAULT_READY_TIMEOUT_S,
+    PreparedLaunch,
+    launch_server,
+    read_log_tail,
+    read_log_text,
+    until_ready,
 )
+from harness.runners.live import forget
+from harness.runners.readiness import AddressKnown, HealthOk
 
-DEFAULT_READY_TIMEOUT_S = 30.0
 #: The binary named in the matching command line when the runner knows of none.
 PLACEHOLDER_BINARY = "llama-server"
-_counter = itertools.count(1)
 
 
 def check_url(url: str) -> str:
@@ -64,6 +64,9 @@ class ExternalServer:
     def base_url(self) -> str:
         return self._url
 
+    def host_pid(self) -> int | None:
+        return None  # not ours to know: the process is the developer's, maybe elsewhere
+
     def exit_code(self) -> int | None:
         return None  # not ours to know: the process is the developer's
 
@@ -71,11 +74,19 @@ class ExternalServer:
         return read_log_tail(self._log_path, lines)
 
     def log_text(self) -> str:
-        return self._log_path.read_text(encoding="utf-8")
+        return read_log_text(self._log_path)
 
     def stop(self) -> int | None:
         """Leaves the external server running: it was never the harness's to stop."""
+        forget(self)
         return None
+
+    def __enter__(self) -> ExternalServer:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
 
 
 class ExternalRunner:
@@ -88,28 +99,34 @@ class ExternalRunner:
         self.log_dir = log_dir
         self.binary = str(binary) if binary is not None else PLACEHOLDER_BINARY
         self.ready_timeout_s = ready_timeout_s
+        # No ProcessAlive: there is no process of ours whose exit could be seen.
         self.conditions = (tuple(conditions) if conditions is not None
                            else (AddressKnown(), HealthOk()))
 
-    def start(self, spec: LaunchSpec) -> ExternalServer:
+    def launch(self, spec: LaunchSpec) -> ExternalServer:
+        """The external server, with the note on what was asked for; nothing is started."""
         parts = urlsplit(self.url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
-        argv = spec.to_argv(self.binary, parts.hostname or "127.0.0.1", port)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        log_path = self.log_dir / f"external-server-{os.getpid()}-{next(_counter)}.log"
-        log_path.write_text(
-            f"external llama-server at {self.url}: started by the developer, not by the "
-            "harness, so its own output is not here (see the terminal or file it logs to).\n"
-            "The test asked for a server started as:\n"
-            f"  {' '.join(argv)}\n"
-            "Its launch flags are the developer's responsibility.\n", encoding="utf-8")
-        server = ExternalServer(self.url, argv, log_path)
-        notify_launched(server, spec)
+        return launch_server(spec, self._note, binary=self.binary, log_dir=self.log_dir,
+                             host=parts.hostname or "127.0.0.1", port=port,
+                             log_stem="external-server")
+
+    def start(self, spec: LaunchSpec) -> ExternalServer:
+        server = self.launch(spec)
         try:
-            return ready_or_stopped(server, self.conditions, self.ready_timeout_s)
+            return until_ready(self, server)
         except ServerNotReadyError as exc:
             raise ServerNotReadyError(
                 f"the external llama-server at {self.url} was not ready after "
                 f"{self.ready_timeout_s:g}s ({str(exc).splitlines()[0]}); start it first, e.g. "
-                f"`{' '.join(argv)}`, or point --harness-external-server at the address it "
-                "listens on") from exc
+                f"`{' '.join(server.argv)}`, or point --harness-external-server at the "
+                "address it listens on") from exc
+
+    def _note(self, launch: PreparedLaunch) -> ExternalServer:
+        launch.log_path.write_text(
+            f"external llama-server at {self.url}: started by the developer, not by the "
+            "harness, so its own output is not here (see the terminal or file it logs to).\n"
+            "The test asked for a server started as:\n"
+            f"  {' '.join(launch.argv)}\n"
+            "Its launch flags are the developer's responsibility.\n", encoding="utf-8")
+        return ExternalServer(self.url, launch.argv, launch.log_path)

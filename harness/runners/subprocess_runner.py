@@ -3,46 +3,42 @@
 The server is started with ``--port 0`` so the kernel hands it a free port with no
 race between workers; the port is read back from its ``listening on`` log line. Its
 stdout and stderr go to one log file per server. Every process started here is tracked
-so that an exception, a failed test, Ctrl-C or interpreter exit stops it; on Linux the
-child also gets ``PR_SET_PDEATHSIG`` so it dies even if the harness is killed outright.
+(:mod:`harness.runners.live`) so that an exception, a failed test, Ctrl-C or interpreter
+exit stops it; on Linux the child also gets ``PR_SET_PDEATHSIG`` so it dies even if the
+harness is killed outright.
 """
 
 from __future__ import annotations
 
-import atexit
 import ctypes
-import dataclasses
-import itertools
 import os
-import re
 import signal
 import subprocess
 import sys
 import threading
-import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
 from harness.errors import ServerError
 from harness.planning.launch import LaunchSpec
-from harness.runners.base import read_log_tail
-from harness.runners.observe import notify_launched, notify_stopping
-from harness.supervise.readiness import (
-    WaitCondition,
-    default_conditions,
-    ready_or_stopped,
+from harness.runners.base import WaitCondition
+from harness.runners.launching import (
+    DEFAULT_READY_TIMEOUT_S,
+    DEFAULT_STOP_GRACE_S,
+    LOOPBACK,
+    PreparedLaunch,
+    announced_port,
+    launch_server,
+    read_log_tail,
+    read_log_text,
+    until_ready,
 )
+from harness.runners.live import forget
+from harness.runners.observe import notify_stopping
+from harness.runners.readiness import default_conditions
 
-DEFAULT_READY_TIMEOUT_S = 120.0
-DEFAULT_STOP_GRACE_S = 10.0
-LOOPBACK = "127.0.0.1"
-#: server.cpp logs each bound address once the model is loaded (SRV_INF "listening on").
-_LISTENING = re.compile(rb"listening on https?://[^\s:]+:(\d+)")
 _PR_SET_PDEATHSIG = 1
-
-_live: weakref.WeakSet[SubprocessServer] = weakref.WeakSet()
-_counter = itertools.count(1)
 
 
 class SubprocessServer:
@@ -88,8 +84,7 @@ class SubprocessServer:
         except FileNotFoundError:
             return None
         self._scanned = start + len(chunk)
-        match = _LISTENING.search(chunk)
-        return int(match.group(1)) if match else None
+        return announced_port(chunk)
 
     @property
     def base_url(self) -> str:
@@ -98,6 +93,9 @@ class SubprocessServer:
             raise ServerError(f"the server (pid {self.pid}) has not announced its port yet")
         return f"http://{LOOPBACK}:{port}"
 
+    def host_pid(self) -> int | None:
+        return self.pid
+
     def exit_code(self) -> int | None:
         return self._process.poll()
 
@@ -105,7 +103,7 @@ class SubprocessServer:
         return read_log_tail(self._log_path, lines)
 
     def log_text(self) -> str:
-        return self._log_path.read_text(encoding="utf-8", errors="replace")
+        return read_log_text(self._log_path)
 
     def stop(self) -> int | None:
         """SIGTERM, wait up to the grace period, then SIGKILL. Safe to call twice."""
@@ -118,7 +116,7 @@ class SubprocessServer:
                 except subprocess.TimeoutExpired:
                     self._process.kill()
                     self._process.wait()
-            _live.discard(self)
+            forget(self)
             return self._process.returncode
 
     def __enter__(self) -> SubprocessServer:
@@ -159,32 +157,22 @@ class SubprocessRunner:
 
     def launch(self, spec: LaunchSpec) -> SubprocessServer:
         """Start the process and return at once, without waiting for readiness."""
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        if spec.threads is None and self.default_threads is not None:
-            spec = dataclasses.replace(spec, threads=self.default_threads)
-        argv = spec.to_argv(str(self.binary), LOOPBACK, 0)
-        log_path = self.log_dir / f"llama-server-{os.getpid()}-{next(_counter)}.log"
-        with log_path.open("wb") as log:
+        return launch_server(spec, self._spawn, binary=str(self.binary), log_dir=self.log_dir,
+                             default_threads=self.default_threads)
+
+    def start(self, spec: LaunchSpec) -> SubprocessServer:
+        """Start a server and wait until it serves; on any failure it is stopped first."""
+        return until_ready(self, self.launch(spec))
+
+    def _spawn(self, launch: PreparedLaunch) -> SubprocessServer:
+        with launch.log_path.open("wb") as log:
             process = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                launch.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 env=self.env,
                 # Only prctl runs between fork and exec; no locks are taken there.
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
             )
-        server = SubprocessServer(argv, log_path, process, self.stop_grace_s)
-        _live.add(server)
-        notify_launched(server, spec)
-        return server
-
-    def start(self, spec: LaunchSpec) -> SubprocessServer:
-        """Start a server and wait until it serves; on any failure it is stopped first."""
-        return ready_or_stopped(self.launch(spec), self.conditions, self.ready_timeout_s)
-
-
-def stop_all() -> None:
-    """Stop every server this process started and has not stopped yet."""
-    for server in list(_live):
-        server.stop()
+        return SubprocessServer(launch.argv, launch.log_path, process, self.stop_grace_s)
 
 
 def _die_with_parent() -> None:
@@ -192,6 +180,3 @@ def _die_with_parent() -> None:
     # the harness process dies without getting the chance to stop it.
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-atexit.register(stop_all)

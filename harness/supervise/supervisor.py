@@ -20,10 +20,9 @@ error when no start served, so a report can always show the whole story.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 from harness.errors import ServerError, ServerExitedError, ServerNotReadyError
 from harness.facts.model import ModelFacts
@@ -33,9 +32,9 @@ from harness.planning.launch import LaunchSpec
 from harness.planning.offload import OffloadPlan
 from harness.planning.plan import LaunchPlan
 from harness.planning.retry import apply_rung, starting_rung, without_drafter
-from harness.runners.base import RunningServer
+from harness.runners.base import RunningServer, ServerRunner
 from harness.runners.observe import notify_planned, notify_supervised
-from harness.supervise.readiness import WaitCondition, wait_until_ready
+from harness.runners.readiness import wait_until_ready
 from harness.verdicts.failure import FIXES, FailureClass, StartFailure, classify_start_failure
 
 #: How much of an attempt's log is kept in its record (the tail; a tiny-model start log
@@ -49,26 +48,7 @@ SERVED = "served"
 GAVE_UP = "gave up"
 
 
-class LaunchedServer(RunningServer, Protocol):
-    """A started server whose whole log can be read (``SubprocessServer`` is one)."""
-
-    def log_text(self) -> str: ...
-
-
-S = TypeVar("S", bound=LaunchedServer)
-S_co = TypeVar("S_co", bound=LaunchedServer, covariant=True)
-
-
-class LaunchingRunner(Protocol[S_co]):
-    """A runner that starts without waiting, and says how to wait (``SubprocessRunner``)."""
-
-    @property
-    def ready_timeout_s(self) -> float: ...
-
-    @property
-    def conditions(self) -> Sequence[WaitCondition]: ...
-
-    def launch(self, spec: LaunchSpec) -> S_co: ...
+S = TypeVar("S", bound=RunningServer)
 
 
 @dataclass(frozen=True)
@@ -118,9 +98,13 @@ class _Retry:
 
 
 class LaunchSupervisor(Generic[S]):
-    """Starts launches of one model on one build, retrying as the module docstring says."""
+    """Starts launches of one model on one build, retrying as the module docstring says.
 
-    def __init__(self, runner: LaunchingRunner[S], build_key: str, broken: BrokenDrafters,
+    Any runner will do: it launches with ``runner.launch`` and waits itself, with the
+    runner's conditions and timeout, so that it can read how a start failed.
+    """
+
+    def __init__(self, runner: ServerRunner[S], build_key: str, broken: BrokenDrafters,
                  model_facts: ModelFacts, *, min_ctx_size: int = DEFAULT_MIN_CTX_SIZE,
                  max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
         self._runner = runner
@@ -220,7 +204,7 @@ class LaunchSupervisor(Generic[S]):
 class _AttemptRecord:
     number: int
     spec: LaunchSpec
-    server: LaunchedServer
+    server: RunningServer
     failure: StartFailure | None
     rung: Rung
 

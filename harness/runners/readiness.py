@@ -1,8 +1,10 @@
 """Readiness as a composable wait: each condition is tried in order until all hold.
 
-A condition returns ``None`` when it is satisfied or a short text saying what it still
-waits for. When the deadline passes, the error carries that text, the argv, the exit
-code and the last log lines, plus a hint, so a CI log alone explains the failure.
+A condition (:class:`~harness.runners.base.WaitCondition`) returns ``None`` when it is
+satisfied or a short text saying what it still waits for. When the deadline passes, the
+error carries that text, the argv, the exit code and the last log lines, plus a hint, so
+a CI log alone explains the failure. It sits beside the runners because every runner's
+``start`` waits with it; the supervisor above them waits with it too.
 """
 
 from __future__ import annotations
@@ -10,20 +12,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from harness.client import ServerClient, shared_pool
 from harness.errors import ServerApiError, ServerError, ServerExitedError, ServerNotReadyError
-from harness.runners.base import RunningServer
+from harness.runners.base import RunningServer, WaitCondition
 from harness.runners.observe import notify_ready
 
 LOG_TAIL_LINES = 40
-
-
-class WaitCondition(Protocol):
-    def pending(self, server: RunningServer) -> str | None:
-        """None when satisfied, else what is still awaited."""
-        ...
 
 
 @dataclass(frozen=True)
