@@ -22,7 +22,8 @@ import pytest
 from harness.facts.build import Backend, BuildInfo, Capabilities
 from harness.facts.gpu import STOCK_CACHE_TYPES, GpuInfo
 from harness.files import write_json_atomic
-from harness.probes.gpu_health import (
+from harness.probes.gpu_health import probe_amd, probe_gpus, probe_nvml, probe_vulkan
+from harness.probes.gpu_tool_readers import (
     AMDSMI,
     NVML,
     ROCM_SMI,
@@ -34,10 +35,6 @@ from harness.probes.gpu_health import (
     nvml_gpus,
     parse_rocm_smi_json,
     parse_vulkan_summary,
-    probe_amd,
-    probe_gpus,
-    probe_nvml,
-    probe_vulkan,
     rocm_smi_health,
     vulkan_health,
 )
@@ -454,8 +451,7 @@ def test_an_unknown_harness_require_gpu_variable_lists_the_allowed_values(
     result = pytester.runpytest_subprocess()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     output = result.stdout.str() + result.stderr.str()
-    assert "HARNESS_REQUIRE_GPU='bogus' is not a GPU backend; allowed: cuda, rocm, vulkan" \
-        in output
+    assert "HARNESS_REQUIRE_GPU='bogus': 'bogus' is not one of cuda, rocm, vulkan" in output
     assert "INTERNALERROR" not in output
     assert "passed" not in output
 

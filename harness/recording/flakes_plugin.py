@@ -63,8 +63,9 @@ class KnownFlakesPlugin:
         self.today = today
 
     @classmethod
-    def from_config(cls, config: pytest.Config) -> KnownFlakesPlugin | None:
-        path = known_flakes_path(config.getoption("harness_known_flakes"))
+    def from_option(cls, config: pytest.Config, option: str | None) -> KnownFlakesPlugin | None:
+        """The plugin for ``--harness-known-flakes`` (or its variable), None when off."""
+        path = known_flakes_path(option)
         if path is None:
             return None
         try:

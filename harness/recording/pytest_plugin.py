@@ -21,7 +21,7 @@ import allure
 import pytest
 
 from harness.builds.container_build import image_id
-from harness.builds.under_test import BuildUnderTest, run_image
+from harness.builds.under_test import BuildUnderTest
 from harness.perf.keys import figures
 from harness.probes.docker_engine import docker_engine
 from harness.probes.hardware import detect_hardware
@@ -41,6 +41,7 @@ from harness.recording.run_file import (
 from harness.repro.properties import repro_properties
 from harness.results.model import Hardware
 from harness.runners.observe import add_observer, remove_observer
+from harness.session import HarnessSession
 
 _FAILED = pytest.StashKey[bool]()
 JSON = allure.attachment_type.JSON
@@ -54,33 +55,28 @@ def figures_dir(run_json: Path) -> Path:
 
 
 class RecordingPlugin:
-    def __init__(self, config: pytest.Config, run_json: Path | None,
-                 resolved_build: Any) -> None:
+    def __init__(self, config: pytest.Config, session: HarnessSession) -> None:
         self.config = config
-        self.run_json = run_json
-        #: ``() -> BuildUnderTest | None``: the build, only once something resolved it
+        #: The harness session: the options, and the build once something resolved it
         #: (a unit-test run must not build llama-server just to label its results).
-        self._resolved_build = resolved_build
+        self.session = session
+        self.run_json = session.options.run_record
         self.is_worker = hasattr(config, "workerinput")
         self.worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-        self.recorder = ServerRecorder(MeasureSettings(enabled=run_json is not None))
+        self.recorder = ServerRecorder(MeasureSettings(enabled=self.run_json is not None))
         self.tally = OutcomeTally()
         self.started_at = now_iso()
         self._hardware: Hardware | None = None
         add_observer(self.recorder)
-        if run_json is not None and not self.is_worker:
-            shutil.rmtree(figures_dir(run_json), ignore_errors=True)
+        if self.run_json is not None and not self.is_worker:
+            shutil.rmtree(figures_dir(self.run_json), ignore_errors=True)
 
     @property
     def hardware(self) -> Hardware:
         if self._hardware is None:
-            self._hardware = detect_hardware(self._devices())
+            devices = self.session.devices() if self.session.resolved_build else ()
+            self._hardware = detect_hardware(devices)
         return self._hardware
-
-    def _devices(self) -> tuple[Any, ...]:
-        from harness.plugin import devices_of_build  # noqa: PLC0415 (the plugin imports us)
-
-        return devices_of_build(self.config) if self._resolved_build() is not None else ()
 
     def close(self) -> None:
         remove_observer(self.recorder)
@@ -89,7 +85,7 @@ class RecordingPlugin:
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_call(self, item: pytest.Item) -> None:
-        build: BuildUnderTest | None = self._resolved_build()
+        build: BuildUnderTest | None = self.session.resolved_build
         if build is not None and self.recorder.settings.backend != build.backend.value:
             self.recorder.settings = MeasureSettings(
                 enabled=self.recorder.settings.enabled, backend=build.backend.value,
@@ -105,7 +101,7 @@ class RecordingPlugin:
         _dynamic.feature(story.feature_of(module))
         # `harness repro` finds the test again by it (Allure's fullName drops the path).
         _dynamic.label("nodeid", item.nodeid)
-        build: BuildUnderTest | None = self._resolved_build()
+        build: BuildUnderTest | None = self.session.resolved_build
         if build is not None:
             _dynamic.label("backend", build.backend.value)
             _dynamic.label("build", build.key)
@@ -133,7 +129,7 @@ class RecordingPlugin:
                                 for f in figures(item.nodeid, record.key, record.figures)])
 
     def _attach(self, capture: TestCapture, *, failed: bool) -> None:
-        build: BuildUnderTest | None = self._resolved_build()
+        build: BuildUnderTest | None = self.session.resolved_build
         backend = build.backend.value if build is not None else "cpu"
         for number, plan in enumerate(capture.plans, 1):
             allure.attach(_dump(plan.to_json()), f"plan {number}", JSON)
@@ -180,14 +176,10 @@ class RecordingPlugin:
         alluredir = getattr(self.config.option, "allure_report_dir", None)
         if alluredir is None and self.run_json is None:
             return
-        from harness.plugin import build_under_test  # noqa: PLC0415 (the plugin imports us)
-
-        build: BuildUnderTest | None = self._resolved_build()
+        build: BuildUnderTest | None = self.session.resolved_build
         if build is None and self._names_a_build():
-            build = build_under_test(self.config)
-        image = (run_image(build, self.config.getoption("harness_runner"),
-                           self.config.getoption("harness_image"))
-                 if build is not None else None)
+            build = self.session.build()
+        image = self.session.run_image() if build is not None else None
         ref = (build_ref(build.info, build.key, image_id=_image_id(image))
                if build is not None else None)
         if alluredir is not None:
@@ -201,12 +193,10 @@ class RecordingPlugin:
             base_images = (build.info.base_image_digest
                             if build is not None and build.info is not None else None)
             props = environment_properties(self.hardware, ref, image, base_images)
-            from harness.plugin import planner_gpu  # noqa: PLC0415 (the plugin imports us)
-
             # What `harness repro` needs to run a test again exactly as here.
             props.update(repro_properties(
                 cmake_flags=build.info.cmake_flags if build is not None and build.info else None,
-                planner_gpu=planner_gpu(self.config), rootdir=self.config.rootpath))
+                planner_gpu=self.session.options.planner_gpu, rootdir=self.config.rootpath))
             write_environment(results, props)
             write_categories(results)
         if self.run_json is not None and ref is not None:
@@ -223,9 +213,7 @@ class RecordingPlugin:
         that only ran unit tests with Allure on never touched one and will not build
         llama-server just to fill in the report's environment.
         """
-        return (self.run_json is not None
-                or bool(self.config.getoption("harness_build"))
-                or bool(self.config.getoption("harness_server_bin")))
+        return self.run_json is not None or self.session.options.names_a_build
 
 
 
