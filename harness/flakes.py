@@ -4,25 +4,31 @@ Each entry names a test (a pytest node id, or a glob over node ids), the hardwar
 flakes on (a glob over the run's hardware description or GPU name, or ``any``), why,
 where it is tracked, and when the entry expires. An entry is a promise to fix the test
 by that date: after it, the entry fails every run until someone fixes the test or, after
-a review, renews the date. Loading is strict: every problem names the file, the entry
-number and the field.
+a review, renews the date. Loading is strict: the YAML is parsed to data and checked
+against schemas/known-flakes.schema.json, and every problem names the file, the field's
+path (``$.flakes[0].tracking``, entries counted from 0) and what it may be.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from harness.data_schema import check, schema_file
 from harness.errors import ConfigError
 from harness.results.model import Hardware
 
 FIELDS = ("test", "hardware", "reason", "tracking", "expires")
 ANY_HARDWARE = "any"
+#: The file's format; its entries have exactly FIELDS.
+SCHEMA = schema_file("known-flakes")
+_FIX = "the fields are described at the top of ci/known-flakes.yaml"
 
 
 def glob_match(text: str, pattern: str) -> bool:
@@ -94,17 +100,10 @@ def parse_known_flakes(text: str, source: str) -> KnownFlakes:
         # PyYAML builds an unquoted date while parsing: 2027-02-30 fails in there.
         raise KnownFlakesError(f"{source}: a date in it does not exist ({exc}); field "
                                "'expires' must be a date YYYY-MM-DD") from exc
-    if not isinstance(data, dict) or set(data) != {"flakes"}:
-        raise KnownFlakesError(f"{source}: the file must be a mapping with one key, 'flakes' "
-                               "(a list of entries; `flakes: []` for none)")
-    raw = data["flakes"]
-    if raw is None:
-        raw = []
-    if not isinstance(raw, list):
-        raise KnownFlakesError(f"{source}: 'flakes' must be a list of entries, not "
-                               f"{type(raw).__name__}")
-    return KnownFlakes(source, tuple(_entry(source, number, item)
-                                     for number, item in enumerate(raw, 1)))
+    data = _plain(data)
+    check(data, SCHEMA, source, KnownFlakesError, fix=_FIX)
+    return KnownFlakes(source, tuple(_entry(number, item)
+                                     for number, item in enumerate(data["flakes"] or (), 1)))
 
 
 def load_known_flakes(path: Path) -> KnownFlakes:
@@ -117,40 +116,24 @@ def load_known_flakes(path: Path) -> KnownFlakes:
     return parse_known_flakes(text, str(path))
 
 
-def _entry(source: str, number: int, item: Any) -> KnownFlake:
-    where = f"{source}: entry {number}"
-    if not isinstance(item, dict):
-        raise KnownFlakesError(f"{where}: must be a mapping with the fields "
-                               f"{', '.join(FIELDS)}")
-    unknown = sorted(str(k) for k in item if k not in FIELDS)
-    if unknown:
-        raise KnownFlakesError(f"{where}: unknown field(s) {', '.join(unknown)}; the fields "
-                               f"are {', '.join(FIELDS)}")
-    missing = [f for f in FIELDS if f not in item]
-    if missing:
-        raise KnownFlakesError(f"{where}: field {missing[0]!r} is missing; every entry has "
-                               f"{', '.join(FIELDS)}")
-    texts = {}
-    for name in ("test", "hardware", "reason", "tracking"):
-        value = item[name]
-        if not isinstance(value, str) or not value.strip():
-            raise KnownFlakesError(f"{where}: field {name!r} must be a non-empty string, not "
-                                   f"{value!r}")
-        texts[name] = value.strip()
-    if not texts["tracking"].startswith(("http://", "https://")):
-        raise KnownFlakesError(f"{where}: field 'tracking' must be a link to the issue that "
-                               f"tracks the flake (http(s)://...), not {texts['tracking']!r}")
-    return KnownFlake(number=number, expires=_date(where, item["expires"]), **texts)
+def _plain(value: Any) -> Any:
+    """YAML's data as JSON's: dates as YYYY-MM-DD text, mapping keys as text.
+
+    YAML reads an unquoted 2027-01-31 as a date and a quoted one as a string; the schema
+    takes both as the string. A date with a time is no date: its text is refused there.
+    """
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
 
 
-def _date(where: str, value: Any) -> dt.date:
-    # YAML reads an unquoted 2027-01-31 as a date already; a quoted one is a string.
-    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
-        return value
-    if isinstance(value, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", value.strip()):
-        try:
-            return dt.date.fromisoformat(value.strip())
-        except ValueError:
-            pass
-    raise KnownFlakesError(f"{where}: field 'expires' must be a date YYYY-MM-DD, not "
-                           f"{value!r}")
+def _entry(number: int, item: Mapping[str, str]) -> KnownFlake:
+    """An entry the schema accepted."""
+    return KnownFlake(number=number, test=item["test"].strip(),
+                      hardware=item["hardware"].strip(), reason=item["reason"].strip(),
+                      tracking=item["tracking"].strip(),
+                      expires=dt.date.fromisoformat(item["expires"]))

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from harness.flakes import KnownFlakesError, load_known_flakes, parse_known_flakes
+from harness.flakes import FIELDS, KnownFlakesError, load_known_flakes, parse_known_flakes
+from harness.flakes import SCHEMA as FLAKES_SCHEMA
 from harness.recording.flakes_plugin import DEFAULT_PATH, expired_message, known_flakes_path
 from harness.report.allure_meta import category_of
 from harness.results.model import Hardware
@@ -50,28 +51,58 @@ def test_the_shipped_list_is_valid_and_empty() -> None:
 
 @pytest.mark.parametrize(("text", "expected"), [
     ("flakes: [\n", "not valid YAML"),
-    ("- a\n", "a mapping with one key, 'flakes'"),
-    ("flakes: {}\n", "'flakes' must be a list of entries"),
-    ("flakes:\n  - just a string\n", "entry 1: must be a mapping"),
+    ("- a\n", "$: [\"a\"] is not allowed: ['a'] is not of type 'object'; allowed: type object "
+     "(a mapping with one key, flakes: a list of entries (`flakes: []` for none))"),
+    ("flakes: []\nflake: []\n", "$.flake: unknown key (value []) is not allowed; allowed keys: "
+     "flakes"),
+    ("flakes: {}\n", "$.flakes: {} is not allowed: {} is not of type 'array', 'null'; allowed: "
+     "type array or null"),
+    ("flakes:\n  - just a string\n", "$.flakes[0]: \"just a string\" is not allowed"),
     (_doc(_entry(), ENTRY.replace("    reason: races the slot reset\n", "").format(
         test='"x"', hardware="any", expires="2027-01-01")),
-     "entry 2: field 'reason' is missing"),
+     "$.flakes[1].reason: missing required key; allowed: type string, matching /\\S/ "
+     "(a non-empty sentence: why it flakes)"),
     (_doc(_entry().replace("    expires", "    owner: me\n    expires")),
-     "entry 1: unknown field(s) owner"),
-    (_doc(_entry(test="")), "entry 1: field 'test' must be a non-empty string"),
-    (_doc(_entry(hardware="")), "entry 1: field 'hardware' must be a non-empty string"),
+     "$.flakes[0].owner: unknown key (value \"me\") is not allowed; allowed keys: expires, "
+     "hardware, reason, test, tracking"),
+    (_doc(_entry(test="")), "$.flakes[0].test: \"\" is not allowed"),
+    (_doc(_entry(hardware=" ")), "$.flakes[0].hardware: \" \" is not allowed"),
     (_doc(_entry().replace("https://issues.example.org/llama-harness/7", "JIRA-7")),
-     "entry 1: field 'tracking' must be a link"),
-    (_doc(_entry(expires="31.01.2027")), "entry 1: field 'expires' must be a date YYYY-MM-DD"),
-    (_doc(_entry(expires='"20270131"')), "entry 1: field 'expires' must be a date YYYY-MM-DD"),
+     "$.flakes[0].tracking: \"JIRA-7\" is not allowed: 'JIRA-7' does not match "),
+    (_doc(_entry().replace("https://issues.example.org/llama-harness/7", "JIRA-7")),
+     "(a link to the issue that tracks the flake (http(s)://...))"),
+    (_doc(_entry(expires="31.01.2027")), "$.flakes[0].expires: \"31.01.2027\" is not allowed: "
+     "'31.01.2027' is not a 'date'; allowed: type string, a valid date (a date YYYY-MM-DD: "
+     "the last day the entry holds)"),
+    (_doc(_entry(expires='"20270131"')), "$.flakes[0].expires: \"20270131\" is not allowed"),
+    (_doc(_entry(expires="20270131")), "$.flakes[0].expires: 20270131 is not allowed: "
+     "20270131 is not of type 'string'"),
+    (_doc(_entry(expires="2027-01-31 10:00:00")),
+     "$.flakes[0].expires: \"2027-01-31T10:00:00\" is not allowed"),
     (_doc(_entry(expires="2027-02-30")), "a date in it does not exist"),
-    (_doc(_entry(expires='"2027-02-30"')), "entry 1: field 'expires' must be a date YYYY-MM-DD"),
+    (_doc(_entry(expires='"2027-02-30"')), "$.flakes[0].expires: \"2027-02-30\" is not allowed"),
 ])
 def test_a_malformed_file_names_file_entry_and_field(text: str, expected: str) -> None:
     with pytest.raises(KnownFlakesError) as caught:
         parse_known_flakes(text, "ci/known-flakes.yaml")
     assert str(caught.value).startswith("ci/known-flakes.yaml: ")
     assert expected in str(caught.value)
+
+
+def test_every_problem_is_named_at_once_with_the_fix() -> None:
+    text = _doc(_entry(test=""), _entry(expires="tomorrow"))
+    with pytest.raises(KnownFlakesError) as caught:
+        parse_known_flakes(text, "f.yaml")
+    lines = str(caught.value).splitlines()
+    assert [line.split(": ")[1] for line in lines[:-1]] == [
+        "$.flakes[0].test", "$.flakes[1].expires"]
+    assert lines[-1] == "the fields are described at the top of ci/known-flakes.yaml"
+
+
+def test_the_schema_has_the_entry_fields() -> None:
+    schema = json.loads(FLAKES_SCHEMA.read_text(encoding="utf-8"))
+    assert tuple(schema["$defs"]["entry"]["properties"]) == FIELDS
+    assert tuple(schema["$defs"]["entry"]["required"]) == FIELDS
 
 
 def test_a_missing_file_is_named(tmp_path: Path) -> None:
@@ -206,4 +237,6 @@ def test_a_listed_failure_is_an_xfail_with_its_reason_and_label(tmp_path: Path) 
 def test_a_malformed_list_stops_pytest_with_the_files_words(tmp_path: Path) -> None:
     run = _run(tmp_path, _doc(_entry(expires="soon")))
     assert run.returncode == 4, run.output
-    assert f"{tmp_path / 'flakes.yaml'}: entry 1: field 'expires' must be a date" in run.output
+    assert (f"{tmp_path / 'flakes.yaml'}: $.flakes[0].expires: \"soon\" is not allowed: "
+            "'soon' is not a 'date'; allowed: type string, a valid date (a date YYYY-MM-DD"
+            in run.output)

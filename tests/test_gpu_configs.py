@@ -310,8 +310,8 @@ def _kv_data() -> dict[str, Any]:
         pytest.param(_set("types", value=[{"name": "x", "block_size": 32, "bytes_per_block": 8},
                                           {"name": "x", "block_size": 32,
                                            "bytes_per_block": 9}]),
-                     "$.types[1].name", "'x' is not allowed", "a name no other entry uses",
-                     id="duplicate-name"),
+                     "$.types[1].name", '"x" is not allowed: a duplicate',
+                     "a name no other entry uses", id="duplicate-name"),
     ],
 )
 def test_bad_kv_types_message(
@@ -328,6 +328,18 @@ def test_bad_kv_types_message(
     assert line.startswith(f"{path}: {json_path}: ")
     assert value in line
     assert allowed in line
+
+
+def test_every_duplicate_kv_name_is_reported_at_once(tmp_path: Path) -> None:
+    entry = {"name": "x", "block_size": 32, "bytes_per_block": 8}
+    path = tmp_path / "kv_types.json"
+    path.write_text(json.dumps({"types": [entry, entry, {**entry, "name": "y"}, entry]}),
+                    encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_fork_kv_types(path)
+    assert str(info.value).splitlines() == [
+        f'{path}: $.types[{index}].name: "x" is not allowed: a duplicate; allowed: a name no '
+        "other entry uses" for index in (1, 3)]
 
 
 def test_kv_types_default_path_is_in_the_repository() -> None:

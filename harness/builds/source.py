@@ -16,19 +16,22 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock
 
+from harness.data_schema import load_json, schema_file
 from harness.errors import SourceError, SourceHashMismatchError
 from harness.files import sha256_file, write_json_atomic
 from harness.paths import REPO_ROOT
-from harness.strictjson import check_keys, read_object
 
 MANIFEST_PATH = REPO_ROOT / "llama-cpp-source.json"
-_MANIFEST_KEYS = {"kind", "package", "version", "filename", "sha256", "tree"}
+MANIFEST_SCHEMA = schema_file("llama-cpp-source")
+_MANIFEST_FIX = ("the pin names one PyPI sdist: restore the file from git, or give a new "
+                 "pin's package, version, filename, sha256 and tree")
 #: Directories that never hold source: VCS data and build outputs users keep in a checkout.
 _SKIPPED_DIRS = {".git", "node_modules", "__pycache__", ".cache"}
 _SKIPPED_DIR_PREFIXES = ("build",)
@@ -59,16 +62,14 @@ class SourceTree:
 
 
 def load_manifest(path: Path = MANIFEST_PATH) -> SourceManifest:
-    data = read_object(path, SourceError)
-    check_keys(path, data, _MANIFEST_KEYS, (), SourceError)
-    if data["kind"] != "pypi-sdist":
-        raise SourceError(f"{path}: kind must be 'pypi-sdist', not {data['kind']!r}")
+    """The pin in ``path``, checked against schemas/llama-cpp-source.schema.json."""
+    data: Mapping[str, Any] = load_json(path, MANIFEST_SCHEMA, SourceError, fix=_MANIFEST_FIX)
     return SourceManifest(
-        package=str(data["package"]),
-        version=str(data["version"]),
-        filename=str(data["filename"]),
-        sha256=str(data["sha256"]).lower(),
-        tree=str(data["tree"]),
+        package=data["package"],
+        version=data["version"],
+        filename=data["filename"],
+        sha256=data["sha256"].lower(),
+        tree=data["tree"],
     )
 
 

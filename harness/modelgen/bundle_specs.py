@@ -1,19 +1,22 @@
 """Fused bundle specs: which fixtures make up a bundle and the catalog entry it carries.
 
 One JSON file per bundle under ``fixtures/models/bundles/``; the bundle's name is the
-file's stem. Model and drafter refer to fixture names, checked against the fixture specs.
+file's stem. Keys and types are schemas/bundle-spec.schema.json's; model and drafter
+refer to fixture names, checked here against the fixture specs.
 """
 
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from harness import strictjson as sj
+from harness.data_schema import fail_if_any, load_json, problem, schema_file
 from harness.errors import FixtureError, UnknownFixtureError
-from harness.facts.gpu import STOCK_CACHE_TYPES
+from harness.facts.catalog import RuntimeClass
 from harness.modelgen.specs import FixtureSpec
 
 
@@ -24,8 +27,10 @@ class SpecType(enum.StrEnum):
     DRAFT_MTP = "draft-mtp"
 
 
-#: A bundle runs on the stock server the fixtures test, so only its cache types.
-CACHE_TYPES = frozenset(STOCK_CACHE_TYPES)
+#: The bundle spec format; its cache types are the stock server's (STOCK_CACHE_TYPES),
+#: since a bundle runs on the stock server the fixtures test.
+SCHEMA = schema_file("bundle-spec")
+_FIX = "fixtures/models/README.md describes the bundle specs"
 
 
 @dataclass(frozen=True)
@@ -36,7 +41,7 @@ class BundleSpec:
     id: str
     model: str
     drafter: str | None
-    runtime_class: str
+    runtime_class: RuntimeClass
     context_length: int
     cache_type_k: str
     cache_type_v: str
@@ -44,62 +49,44 @@ class BundleSpec:
     tags: tuple[str, ...]
 
 
-_REQUIRED = (
-    "description",
-    "id",
-    "model",
-    "drafter",
-    "runtime_class",
-    "context_length",
-    "cache_type_k",
-    "cache_type_v",
-    "spec_type",
-)
-_OPTIONAL = ("tags",)
-
-
 def load_bundle_spec(path: Path, fixtures: Mapping[str, FixtureSpec]) -> BundleSpec:
-    obj = sj.read_object(path)
-    sj.check_keys(path, obj, _REQUIRED, _OPTIONAL)
+    obj: Mapping[str, Any] = load_json(path, SCHEMA, FixtureError, fix=_FIX)
     spec = BundleSpec(
         name=path.stem,
-        description=sj.get_str(path, obj, "description"),
+        description=obj["description"],
         path=path,
-        id=sj.get_str(path, obj, "id"),
-        model=sj.get_str(path, obj, "model"),
-        drafter=sj.get_opt_str(path, obj, "drafter"),
-        runtime_class=sj.get_str(path, obj, "runtime_class"),
-        context_length=sj.get_int(path, obj, "context_length", minimum=1),
-        cache_type_k=sj.get_choice(path, obj, "cache_type_k", CACHE_TYPES),
-        cache_type_v=sj.get_choice(path, obj, "cache_type_v", CACHE_TYPES),
-        spec_type=SpecType(sj.get_choice(path, obj, "spec_type", list(SpecType))),
-        tags=sj.get_str_list(path, obj, "tags"),
+        id=obj["id"],
+        model=obj["model"],
+        drafter=obj["drafter"],
+        runtime_class=RuntimeClass(obj["runtime_class"]),
+        context_length=int(obj["context_length"]),
+        cache_type_k=obj["cache_type_k"],
+        cache_type_v=obj["cache_type_v"],
+        spec_type=SpecType(obj["spec_type"]),
+        tags=tuple(obj.get("tags", ())),
     )
-    _validate(spec, fixtures)
+    _check_fixtures(spec, fixtures)
     return spec
 
 
-def _validate(spec: BundleSpec, fixtures: Mapping[str, FixtureSpec]) -> None:
-    for role, name in (("model", spec.model), ("drafter", spec.drafter)):
-        if name is not None and name not in fixtures:
-            raise UnknownFixtureError(
-                f"{spec.path}: {role} {name!r} is not a fixture; "
-                f"known fixtures: {', '.join(fixtures)}"
-            )
-    if "/" in spec.id or spec.id.startswith("."):
-        raise FixtureError(f"{spec.path}: id {spec.id!r} must be a plain file-name stem")
+def _check_fixtures(spec: BundleSpec, fixtures: Mapping[str, FixtureSpec]) -> None:
+    """What the schema cannot know: the fixtures the bundle names, and what they are."""
+    models = [name for name, fixture in fixtures.items() if fixture.shape is not None]
+    allowed = f"one of {', '.join(json.dumps(n) for n in models)} (the model fixtures)"
+    every = f"one of {', '.join(json.dumps(n) for n in fixtures)} (the fixtures), or null"
+    unknown = [problem(spec.path, f"$.{role}", name, "not a fixture", choices)
+               for role, name, choices in (("model", spec.model, allowed),
+                                           ("drafter", spec.drafter, every))
+               if name is not None and name not in fixtures]
+    fail_if_any(UnknownFixtureError, unknown, _FIX)
     model = fixtures[spec.model].shape
     if model is None:
-        raise FixtureError(f"{spec.path}: model {spec.model!r} is not a generated model")
-    if spec.spec_type is SpecType.DRAFT_SIMPLE and spec.drafter is None:
-        raise FixtureError(f"{spec.path}: spec_type draft-simple needs a drafter")
-    if spec.spec_type is SpecType.DRAFT_MTP:
-        if spec.drafter is not None:
-            raise FixtureError(
-                f"{spec.path}: draft-mtp drafts from the model itself; drafter must be null"
-            )
-        if model.nextn_predict_layers == 0:
-            raise FixtureError(f"{spec.path}: draft-mtp needs a model with an MTP (nextn) block")
+        fail_if_any(FixtureError, [problem(spec.path, "$.model", spec.model,
+                                           "a truncated copy, not a generated model", allowed)])
+    elif spec.spec_type is SpecType.DRAFT_MTP and model.nextn_predict_layers == 0:
+        fail_if_any(FixtureError, [problem(
+            spec.path, "$.model", spec.model, "spec_type draft-mtp needs a model with an MTP "
+            "(nextn) block, and it has none", "a model fixture with nextn_predict_layers 1")])
 
 
 def load_bundle_specs(

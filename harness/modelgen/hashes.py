@@ -3,38 +3,29 @@
 The record maps each fixture file's path relative to a fixture root (for example
 ``models/dense.gguf``, ``bundles/fused-dense/manifest.json``) to its sha256. It is
 written by ``harness fixtures --record`` and committed, so a change in the writer's output shows
-up as a diff and every machine can check its cached files against it.
+up as a diff and every machine can check its cached files against it. Reading checks it
+against schemas/fixture-hashes.schema.json.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from harness.data_schema import load_json, schema_file
 from harness.errors import FixtureError
 from harness.files import atomic_write_bytes
 
 RECORD_NAME = "sha256.json"
-_HEX64 = re.compile(r"[0-9a-f]{64}")
+SCHEMA = schema_file("fixture-hashes")
 
 
 def read_hashes(path: Path) -> dict[str, str]:
     """Parse a hash record; every value must be a lowercase 64-digit hex sha256."""
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise FixtureError(
-            f"{path}: cannot read the recorded fixture hashes ({exc}); "
-            "regenerate them with `harness fixtures --record`"
-        ) from exc
-    if not isinstance(value, dict):
-        raise FixtureError(f"{path}: expected a JSON object of relative path -> sha256")
-    for rel, digest in value.items():
-        if not isinstance(digest, str) or not _HEX64.fullmatch(digest):
-            raise FixtureError(f"{path}: {rel!r} has no valid sha256 (got {digest!r})")
-    return dict(value)
+    record: Mapping[str, str] = load_json(
+        path, SCHEMA, FixtureError, fix="regenerate the record with `harness fixtures --record`")
+    return dict(record)
 
 
 def write_hashes(path: Path, hashes: Mapping[str, str]) -> None:

@@ -2,12 +2,15 @@
 
 A spec is either a *model* (shape, vocab and seed of a GGUF the writer generates) or a
 *truncated copy* of another fixture (a corrupt file for the drafter-fallback path).
-Everything the writer needs is checked here, so a spec that loads is a spec that writes.
+Everything the writer needs is checked here, so a spec that loads is a spec that writes:
+keys, types and what each architecture needs by schemas/fixture-spec.schema.json, the
+arithmetic between fields and the names of other fixtures in code, in the same words.
 """
 
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +18,7 @@ from typing import Any
 
 import gguf
 
-from harness import strictjson as sj
+from harness.data_schema import fail_if_any, load_json, problem, schema_file
 from harness.errors import FixtureError, UnknownFixtureError
 
 
@@ -100,133 +103,96 @@ class FixtureSpec:
     truncation: Truncation | None = None
 
 
-_COMMON_KEYS = ("description",)
-_MODEL_REQUIRED = (
-    "architecture",
-    "block_count",
-    "context_length",
-    "embedding_length",
-    "feed_forward_length",
-    "head_count",
-    "head_count_kv",
-    "vocab",
-    "seed",
-)
-_MODEL_OPTIONAL = (
-    "head_dim",
-    "rope_dimension_count",
-    "expert_count",
-    "expert_used_count",
-    "expert_feed_forward_length",
-    "expert_shared_count",
-    "leading_dense_block_count",
-    "nextn_predict_layers",
-    "sliding_window",
-    "aligned_token",
-)
-_TRUNCATED_KEYS = ("truncated_copy_of", "truncate_to_fraction")
+#: The spec format: which keys, of which types, for which architecture.
+SCHEMA = schema_file("fixture-spec")
+_FIX = "fixtures/models/README.md (Spec fields) describes every key"
 
 
 def load_fixture_spec(path: Path) -> FixtureSpec:
     """Parse and validate one spec file; the fixture's name is the file's stem."""
-    obj = sj.read_object(path)
+    obj: Mapping[str, Any] = load_json(path, SCHEMA, FixtureError, fix=_FIX)
     name = path.stem
     if "truncated_copy_of" in obj:
-        sj.check_keys(path, obj, (*_COMMON_KEYS, *_TRUNCATED_KEYS), ())
-        trunc = Truncation(
-            source=sj.get_str(path, obj, "truncated_copy_of"),
-            fraction=sj.get_fraction(path, obj, "truncate_to_fraction"),
-        )
-        return FixtureSpec(name, sj.get_str(path, obj, "description"), path, truncation=trunc)
-    sj.check_keys(
-        path, obj, (*_COMMON_KEYS, *_MODEL_REQUIRED), (*_MODEL_OPTIONAL, *_TRUNCATED_KEYS)
-    )
-    if "truncate_to_fraction" in obj:
-        raise FixtureError(f"{path}: 'truncate_to_fraction' needs 'truncated_copy_of'")
-    shape = _parse_shape(path, obj)
-    _validate_shape(path, shape)
-    return FixtureSpec(name, sj.get_str(path, obj, "description"), path, shape=shape)
+        trunc = Truncation(source=obj["truncated_copy_of"],
+                           fraction=float(obj["truncate_to_fraction"]))
+        return FixtureSpec(name, obj["description"], path, truncation=trunc)
+    shape = _shape(obj)
+    fail_if_any(FixtureError, _shape_problems(path, shape), _FIX)
+    return FixtureSpec(name, obj["description"], path, shape=shape)
 
 
-def _parse_shape(path: Path, obj: Mapping[str, Any]) -> ModelShape:
+def _shape(obj: Mapping[str, Any]) -> ModelShape:
+    """The shape in a spec the schema accepted (a JSON integer may arrive as 2.0)."""
+
+    def count(key: str, default: int = 0) -> int:
+        return int(obj.get(key, default))
+
+    def optional(key: str) -> int | None:
+        return None if key not in obj else int(obj[key])
+
     return ModelShape(
-        architecture=Architecture(sj.get_choice(path, obj, "architecture", list(Architecture))),
-        block_count=sj.get_int(path, obj, "block_count", minimum=1),
-        context_length=sj.get_int(path, obj, "context_length", minimum=1),
-        embedding_length=sj.get_int(path, obj, "embedding_length", minimum=1),
-        feed_forward_length=sj.get_int(path, obj, "feed_forward_length", minimum=1),
-        head_count=sj.get_int(path, obj, "head_count", minimum=1),
-        head_count_kv=sj.get_int(path, obj, "head_count_kv", minimum=1),
-        vocab=VocabKind(sj.get_choice(path, obj, "vocab", list(VocabKind))),
-        seed=sj.get_int(path, obj, "seed"),
-        head_dim=sj.get_opt_int(path, obj, "head_dim", minimum=1),
-        rope_dimension_count=sj.get_opt_int(path, obj, "rope_dimension_count", minimum=2),
-        expert_count=sj.get_int(path, obj, "expert_count", default=0),
-        expert_used_count=sj.get_int(path, obj, "expert_used_count", default=0),
-        expert_feed_forward_length=sj.get_opt_int(
-            path, obj, "expert_feed_forward_length", minimum=1
-        ),
-        expert_shared_count=sj.get_opt_int(path, obj, "expert_shared_count"),
-        leading_dense_block_count=sj.get_opt_int(path, obj, "leading_dense_block_count"),
-        nextn_predict_layers=sj.get_int(path, obj, "nextn_predict_layers", default=0),
-        sliding_window=sj.get_opt_int(path, obj, "sliding_window", minimum=1),
-        aligned_token=sj.get_opt_str(path, obj, "aligned_token"),
+        architecture=Architecture(obj["architecture"]),
+        block_count=count("block_count"),
+        context_length=count("context_length"),
+        embedding_length=count("embedding_length"),
+        feed_forward_length=count("feed_forward_length"),
+        head_count=count("head_count"),
+        head_count_kv=count("head_count_kv"),
+        vocab=VocabKind(obj["vocab"]),
+        seed=count("seed"),
+        head_dim=optional("head_dim"),
+        rope_dimension_count=optional("rope_dimension_count"),
+        expert_count=count("expert_count"),
+        expert_used_count=count("expert_used_count"),
+        expert_feed_forward_length=optional("expert_feed_forward_length"),
+        expert_shared_count=optional("expert_shared_count"),
+        leading_dense_block_count=optional("leading_dense_block_count"),
+        nextn_predict_layers=count("nextn_predict_layers"),
+        sliding_window=optional("sliding_window"),
+        aligned_token=obj.get("aligned_token"),
     )
 
 
-def _validate_shape(path: Path, s: ModelShape) -> None:
-    """Cross-field rules: the ones llama.cpp's loader would otherwise reject at start-up."""
+def _shape_problems(path: Path, s: ModelShape) -> list[str]:
+    """Rules across fields that a schema cannot state: the ones llama.cpp's loader would
+    otherwise reject at start-up. (Which keys an architecture needs is the schema's.)"""
+    found: list[str] = []
 
-    def fail(why: str) -> None:
-        raise FixtureError(f"{path}: {why}")
+    def refuse(key: str, value: object, why: str, allowed: str) -> None:
+        found.append(problem(path, f"$.{key}", value, why, allowed))
 
     if s.head_count % s.head_count_kv:
-        fail(f"head_count {s.head_count} is not a multiple of head_count_kv {s.head_count_kv}")
+        refuse("head_count", s.head_count, f"not a multiple of head_count_kv {s.head_count_kv}",
+               f"a multiple of {s.head_count_kv} (grouped-query attention)")
     if s.head_dim is None and s.embedding_length % s.head_count:
-        fail("embedding_length must be a multiple of head_count (or set head_dim)")
+        refuse("embedding_length", s.embedding_length,
+               f"not a multiple of head_count {s.head_count}",
+               f"a multiple of {s.head_count} (or set head_dim)")
     if s.rope_dimension_count is not None and s.rope_dimension_count > s.key_length:
-        fail(f"rope_dimension_count {s.rope_dimension_count} exceeds head width {s.key_length}")
+        refuse("rope_dimension_count", s.rope_dimension_count,
+               f"exceeds the head width {s.key_length}", f"<= {s.key_length}")
     if (s.expert_count == 0) != (s.expert_used_count == 0):
-        fail("expert_count and expert_used_count must both be 0 or both be > 0")
-    if s.expert_used_count > s.expert_count:
-        fail("expert_used_count exceeds expert_count")
-    if s.sliding_window is not None and s.architecture is not Architecture.GEMMA2:
-        fail("sliding_window is only written for gemma2 (the writer's SWA architecture)")
-    if s.architecture is Architecture.GEMMA2:
-        if s.sliding_window is None:
-            fail("gemma2 needs 'sliding_window' (the windowed-KV case it exists for)")
-        if s.aligned_token is not None:
-            # gemma2 ties its output to token_embd, so one row cannot be aimed alone.
-            fail("aligned_token is not supported for gemma2 (tied output embeddings)")
+        key, value = (("expert_used_count", s.expert_used_count) if s.expert_count
+                      else ("expert_count", s.expert_count))
+        refuse(key, value, "expert_count and expert_used_count must both be 0 or both be > 0",
+               f"1 to {s.expert_count}" if s.expert_count else
+               f">= {s.expert_used_count}, or expert_used_count 0")
+    elif s.expert_used_count > s.expert_count:
+        refuse("expert_used_count", s.expert_used_count,
+               f"exceeds expert_count {s.expert_count}", f"1 to {s.expert_count}")
     if s.architecture is Architecture.GLM4_MOE:
-        _validate_glm4moe(path, s)
-    elif s.nextn_predict_layers or s.leading_dense_block_count is not None:
-        fail("nextn_predict_layers / leading_dense_block_count are glm4moe-only here")
-
-
-def _validate_glm4moe(path: Path, s: ModelShape) -> None:
-    # From the measured MTP recipe (DESIGN "Measured facts"): llama.cpp's glm4moe
-    # graph asserts a single MTP block, and the MTP block must be an MoE block.
-    missing = [
-        key
-        for key, value in (
-            ("expert_feed_forward_length", s.expert_feed_forward_length),
-            ("expert_shared_count", s.expert_shared_count),
-            ("leading_dense_block_count", s.leading_dense_block_count),
-        )
-        if value is None
-    ]
-    if missing:
-        raise FixtureError(f"{path}: glm4moe needs {', '.join(missing)}")
-    if s.expert_count == 0:
-        raise FixtureError(f"{path}: glm4moe needs expert_count > 0")
-    if s.nextn_predict_layers > 1:
-        raise FixtureError(f"{path}: llama.cpp's glm4moe supports one MTP block only")
-    if s.trunk_block_count < 1:
-        raise FixtureError(f"{path}: block_count must exceed nextn_predict_layers")
-    assert s.leading_dense_block_count is not None  # checked just above
-    if s.leading_dense_block_count > s.trunk_block_count:
-        raise FixtureError(f"{path}: leading_dense_block_count exceeds the trunk blocks")
+        # From the measured MTP recipe (DESIGN "Measured facts"): the MTP block follows a
+        # trunk of at least one block, which holds the leading dense blocks. (One MoE MTP
+        # block at most, and the keys glm4moe needs, are the schema's rules.)
+        if s.trunk_block_count < 1:
+            refuse("block_count", s.block_count,
+                   f"not more than nextn_predict_layers {s.nextn_predict_layers}",
+                   f"> {s.nextn_predict_layers} (the trunk needs a block)")
+        elif (s.leading_dense_block_count or 0) > s.trunk_block_count:
+            refuse("leading_dense_block_count", s.leading_dense_block_count,
+                   f"exceeds the {s.trunk_block_count} trunk blocks "
+                   "(block_count - nextn_predict_layers)", f"<= {s.trunk_block_count}")
+    return found
 
 
 def load_fixture_specs(spec_dir: Path) -> dict[str, FixtureSpec]:
@@ -235,14 +201,15 @@ def load_fixture_specs(spec_dir: Path) -> dict[str, FixtureSpec]:
     specs = {p.stem: load_fixture_spec(p) for p in paths}
     if not specs:
         raise FixtureError(f"{spec_dir}: no fixture specs (*.json) found")
+    models = ", ".join(json.dumps(n) for n, s in specs.items() if s.shape is not None)
     for spec in specs.values():
-        if spec.truncation is not None:
-            source = specs.get(spec.truncation.source)
-            if source is None:
-                raise UnknownFixtureError(
-                    f"{spec.path}: truncated_copy_of {spec.truncation.source!r} is not a "
-                    f"fixture; known fixtures: {', '.join(specs)}"
-                )
-            if source.truncation is not None:
-                raise FixtureError(f"{spec.path}: the source of a truncated copy must be a model")
+        if spec.truncation is None:
+            continue
+        source = specs.get(spec.truncation.source)
+        if source is None or source.truncation is not None:
+            why = "not a fixture" if source is None else "a truncated copy itself"
+            line = problem(spec.path, "$.truncated_copy_of", spec.truncation.source,
+                           f"{why}; the source of a truncated copy must be a model",
+                           f"one of {models} (the model fixtures)")
+            fail_if_any(UnknownFixtureError if source is None else FixtureError, [line])
     return specs

@@ -1,34 +1,38 @@
-"""Reads a fused bundle directory into a :class:`Bundle`, strictly."""
+"""Reads a fused bundle directory into a :class:`Bundle`, strictly.
+
+The manifest is checked against schemas/bundle-manifest.schema.json (the fields of
+:class:`CatalogEntry`); the files it names must be there.
+"""
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+from harness.data_schema import load_json, schema_file
 from harness.errors import FixtureError
 from harness.facts.catalog import MANIFEST_NAME, Bundle, CatalogEntry
-from harness.strictjson import check_keys, read_object
 
-_KEYS = tuple(field.name for field in dataclasses.fields(CatalogEntry))
+#: The manifest format: exactly CatalogEntry's fields.
+SCHEMA = schema_file("bundle-manifest")
+_FIX = ("a fixture bundle's manifest is written by `harness fixtures`; "
+        "fixtures/models/README.md describes the layout")
 
 
 def load_bundle(root: Path) -> Bundle:
     manifest = root / MANIFEST_NAME
-    data = read_object(manifest)
-    check_keys(manifest, data, _KEYS, ())
-    try:
-        entry = CatalogEntry(
-            id=str(data["id"]),
-            runtime_class=str(data["runtime_class"]),
-            context_length=int(data["context_length"]),
-            cache_type_k=str(data["cache_type_k"]),
-            cache_type_v=str(data["cache_type_v"]),
-            drafter=str(data["drafter"]) if data["drafter"] else None,
-            spec_type=str(data["spec_type"]) if data["spec_type"] else None,
-            tags=tuple(str(tag) for tag in data["tags"]),
-        )
-    except (ValueError, TypeError) as exc:
-        raise FixtureError(f"bundle {root} has a bad manifest: {exc}") from exc
+    data: Mapping[str, Any] = load_json(manifest, SCHEMA, FixtureError, fix=_FIX)
+    entry = CatalogEntry(
+        id=data["id"],
+        runtime_class=data["runtime_class"],
+        context_length=int(data["context_length"]),
+        cache_type_k=data["cache_type_k"],
+        cache_type_v=data["cache_type_v"],
+        drafter=data["drafter"],
+        spec_type=data["spec_type"],
+        tags=tuple(data["tags"]),
+    )
     bundle = Bundle(root=root, entry=entry)
     for path in (bundle.text_model, bundle.drafter_path):
         if path is not None and not path.is_file():

@@ -33,18 +33,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from harness.data_schema import load_json, schema_file
 from harness.errors import HarnessError
 from harness.results.model import RunRecord
 from harness.results.store import ResultsStore
-from harness.results.store_rows import REPORT_STATES, ReportState
+from harness.results.store_rows import ReportState
 from harness.service.layout import Layout, is_valid_run_id
-from harness.strictjson import read_object
 
 log = logging.getLogger(__name__)
 
 PENDING_MESSAGE = "report is being made"
 #: How many run ids one "skipped" log line names.
 _LOGGED_IDS = 10
+#: What an older service's ``report-state.json`` holds (imported once at start).
+_LEGACY_STATE_SCHEMA = schema_file("report-state")
 
 
 class ReportGenerator(Protocol):
@@ -294,18 +296,12 @@ class ReportWorker:
 def _legacy_state(path: Path) -> ReportState | None:
     """The state in an older service's file; None (made again) when it is unreadable."""
     try:
-        body = read_object(path, HarnessError)
-        state, message = body.get("state"), body.get("message")
-        problems, queued_ns = body.get("problems", []), body.get("queued_ns", 0)
-        if (state not in REPORT_STATES or not (message is None or isinstance(message, str))
-                or not isinstance(problems, list) or not isinstance(queued_ns, int)):
-            raise HarnessError(f"{path} holds no report state")
-        updated = body.get("updated_at")
-        return ReportState(str(state), message=message,
-                           problems=tuple(str(problem) for problem in problems),
-                           queued_ns=queued_ns,
-                           updated_at=updated if isinstance(updated, str) else _now())
-    # ValueError: ReportState refuses what the file holds (a queued_ns out of range).
+        body = load_json(path, _LEGACY_STATE_SCHEMA, HarnessError)
+        return ReportState(body["state"], message=body.get("message"),
+                           problems=tuple(body.get("problems", ())),
+                           queued_ns=int(body.get("queued_ns", 0)),
+                           updated_at=body["updated_at"] if "updated_at" in body else _now())
+    # ValueError: ReportState refuses what the file holds (kept should the two part ways).
     except (HarnessError, ValueError) as exc:
-        log.warning("%s: %s; the run's report is made again", path, exc)
+        log.warning("%s; the run's report is made again", exc)
         return None
