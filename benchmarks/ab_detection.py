@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import modelgen
-from harness.ab.decision import REGRESSED, AbRule, resampled_false_alarm_rate
+from harness.ab.decision import AbRule, AbVerdict, resampled_false_alarm_rate
 from harness.ab.design import DESIGNS, DUET, paired_values
 from harness.ab.report import outcome_json
 from harness.ab.runner import AB_METRICS, AbSettings, Arm, run_ab
@@ -109,8 +109,8 @@ def _report(entries: list[dict[str, Any]], rule: AbRule, slowdowns: list[float])
     aa = [e for e in entries if e["case"] == "aa"]
     print(f"\nA/A: {len(aa)} decisions (target false alarms <= {TARGET_FALSE_ALARMS:.0%})")
     for metric in AB_METRICS:
-        hits = sum(e["verdicts"].get(metric) == REGRESSED for e in aa)
-        unknown = sum(e["verdicts"].get(metric) == "unknown" for e in aa)
+        hits = sum(e["verdicts"].get(metric) == AbVerdict.REGRESSED for e in aa)
+        unknown = sum(e["verdicts"].get(metric) == AbVerdict.UNKNOWN for e in aa)
         print(f"  {metric:11} false alarms {_rate(hits, len(aa))}; unknown {unknown}; "
               f"decision {_median_decision(aa, metric)}")
     pairs = list(_pairs(aa, "decode_tps"))
@@ -142,7 +142,7 @@ def _report(entries: list[dict[str, Any]], rule: AbRule, slowdowns: list[float])
             continue
         ratios = [c / b for b, c in _pairs(case, "decode_tps")]
         true = 1 - statistics.median(ratios) if ratios else float("nan")
-        hits = sum(e["verdicts"].get("decode_tps") == REGRESSED for e in case)
+        hits = sum(e["verdicts"].get("decode_tps") == AbVerdict.REGRESSED for e in case)
         target = TARGET_DETECTION.get(fraction)
         print(f"\nA/B at {fraction:.0%} target slowdown (wait {case[0]['wait_us']} us/token): "
               f"true decode slowdown {true:.1%} (median of {len(ratios)} pairs)")

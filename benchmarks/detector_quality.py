@@ -31,7 +31,7 @@ from harness.planning.build_plan import BuildRequest
 from harness.planning.launch import LaunchSpec
 from harness.results.model import Direction
 from harness.results.noise_rule import NoiseRule, judge
-from harness.results.rules import REGRESSED
+from harness.results.rules import FigureStatus
 from harness.runners.subprocess_runner import SubprocessRunner
 
 SWEEP_CVS = (0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.08)
@@ -65,9 +65,10 @@ def simulate(cv: float, baseline_runs: int, slowdown: float, trials: int, *,
         baseline = [rng.gauss(1.0, cv) for _ in range(baseline_runs)]
         same = rng.gauss(1.0, cv)
         slower = rng.gauss(1.0 - slowdown, cv)
-        if judge(baseline, same, Direction.HIGHER_IS_BETTER, rule).status == REGRESSED:
+        regressed = FigureStatus.REGRESSED
+        if judge(baseline, same, Direction.HIGHER_IS_BETTER, rule).status is regressed:
             alarms += 1
-        if judge(baseline, slower, Direction.HIGHER_IS_BETTER, rule).status == REGRESSED:
+        if judge(baseline, slower, Direction.HIGHER_IS_BETTER, rule).status is regressed:
             detections += 1
     return alarms / trials, detections / trials
 

@@ -29,7 +29,7 @@ from harness.probes.bundles import load_bundle
 from harness.probes.gguf_facts import read_model_facts
 from harness.probes.gpu_configs import load_gpu_configs
 from harness.runners.subprocess_runner import SubprocessRunner, SubprocessServer
-from harness.supervise.supervisor import SERVED, LaunchSupervisor, SupervisedLaunch
+from harness.supervise.supervisor import AttemptOutcome, LaunchSupervisor, SupervisedLaunch
 from harness.verdicts.failure import FailureClass
 
 pytestmark = pytest.mark.server
@@ -126,7 +126,7 @@ def test_a_corrupt_drafter_fails_the_start_and_the_retry_serves_without_it(
     assert f"failed to load draft model, '{corrupt}'" in first.log_text
     assert first.failure.exit_code == 1
     assert "retried without speculative decoding" in first.action
-    assert (second.failure, second.action) == (None, SERVED)
+    assert (second.failure, second.outcome) == (None, AttemptOutcome.SERVED)
     assert (second.spec.drafter, second.spec.spec_type) == (None, None)
     assert _complete(launch).tokens_predicted == 16
     # Remembered for this build: the next plan leaves it out before any start.
@@ -156,7 +156,7 @@ def test_a_forced_draft_mtp_start_is_recovered_by_the_same_retry(
     assert first.failure.kind is FailureClass.MTP_CONTEXT
     assert first.failure.evidence.endswith("failed to create MTP context")
     assert MTP_CONTEXT in first.log_text
-    assert (second.spec.spec_type, second.action) == (None, SERVED)
+    assert (second.spec.spec_type, second.outcome) == (None, AttemptOutcome.SERVED)
     assert (harness_build.key, str(plan.spec.model)) in broken.snapshot()
     assert _complete(launch).timings.draft_n is None
 
@@ -166,7 +166,7 @@ def test_the_mtp_bundle_drafts_with_its_own_head(plan_for: PlanFor,
     plan = plan_for(bundle="fused-mtp")
     assert (plan.spec.spec_type, plan.spec.drafter, plan.spec.parallel) == (DRAFT_MTP, None, 1)
     launch = supervise(plan)
-    assert [a.action for a in launch.attempts] == [SERVED]
+    assert [a.outcome for a in launch.attempts] == [AttemptOutcome.SERVED]
     log = launch.server.log_text()
     assert MTP_CONTEXT in log
     assert "adding speculative implementation 'draft-mtp'" in log
@@ -222,7 +222,7 @@ def test_a_drafter_that_would_cost_the_context_window_is_left_out(
     assert kept.spec.drafter is not None
 
     launch = supervise(plan)
-    assert [a.action for a in launch.attempts] == [SERVED]
+    assert [a.outcome for a in launch.attempts] == [AttemptOutcome.SERVED]
     assert "--spec-draft-model" not in launch.server.argv
     assert _complete(launch).timings.draft_n is None
 
@@ -244,7 +244,7 @@ def test_a_foreign_vocab_drafter_is_dropped_by_the_server_which_serves_without_i
     spec = dataclasses.replace(plan.spec, ctx_size=512, parallel=1, spec_type="draft-simple",
                                drafter=foreign)
     launch = supervise(dataclasses.replace(plan, spec=spec))
-    assert [a.action for a in launch.attempts] == [SERVED]
+    assert [a.outcome for a in launch.attempts] == [AttemptOutcome.SERVED]
     log = launch.server.log_text()
     assert f"loading draft model '{foreign}'" in log
     assert VOCABS_DIFFER in log

@@ -50,7 +50,7 @@ from harness.runners.readiness import wait_until_ready
 from harness.runners.subprocess_runner import SubprocessRunner, SubprocessServer
 from harness.supervise.oom_injector import make_oom_launcher, starts_seen
 from harness.supervise.supervisor import (
-    SERVED,
+    AttemptOutcome,
     LaunchFailedError,
     LaunchSupervisor,
     SupervisedLaunch,
@@ -184,7 +184,7 @@ def test_the_plan_moves_exactly_its_first_blocks_and_serves(
         (n, None) if kind is OffloadKind.N_CPU_MOE else (None, n))
 
     launch = _supervise(server_runner, harness_build, facts, plan, servers)
-    assert [a.action for a in launch.attempts] == [SERVED]
+    assert [a.outcome for a in launch.attempts] == [AttemptOutcome.SERVED]
     planned_names = _tensors_moved_by(plan.spec.model, pattern, n)
     assert planned_names, f"the {name} fixture has no such tensors in block 0"
     assert _moved(launch.server) == planned_names
@@ -213,7 +213,7 @@ def test_the_ladder_steps_one_rung_per_oom_and_stops_at_the_first_that_starts(
         assert attempt.failure is not None
         assert attempt.failure.kind is FailureClass.OUT_OF_MEMORY
         assert attempt.action.startswith("stepped down the offload ladder")
-    assert launch.attempts[-1].action == SERVED
+    assert launch.attempts[-1].outcome is AttemptOutcome.SERVED
     assert starts_seen(launcher) == fails + 1
     # The rung it stopped on is what the server did: moe retreated to --cpu-moe (every
     # block's experts), dense to --n-cpu-ffn over every block.
@@ -329,7 +329,7 @@ def test_the_ladder_recovers_from_a_real_kv_out_of_memory(
     for attempt in failed:
         assert attempt.failure is not None
         assert attempt.failure.kind is FailureClass.OUT_OF_MEMORY, attempt.failure
-    assert served.action == SERVED
+    assert served.outcome is AttemptOutcome.SERVED
     # One rung per OOM from the launch as given: -ngl 99, then the layer count left to
     # the server, then the KV cache in system RAM, then (a host too small for it) half
     # the context at a time.

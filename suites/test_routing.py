@@ -13,6 +13,7 @@ import pytest
 
 from harness import modelgen
 from harness.client import ServerClient
+from harness.facts.catalog import RuntimeClass
 from harness.planning.routing import InferenceBackend, RouteReason
 from harness.plugin import LaunchPlanned, PlanFor
 
@@ -29,7 +30,7 @@ def test_fused_bundle_routes_to_the_fused_llama_cpp_backend(plan_for: PlanFor,
     assert plan.route.fused
     assert plan.route.reason is RouteReason.CATALOG
     assert plan.catalog is not None
-    assert plan.catalog.runtime_class == "fused"
+    assert plan.catalog.runtime_class is RuntimeClass.FUSED
 
 
 def test_no_catalog_entry_routes_to_llama_cpp_by_default(plan_for: PlanFor) -> None:

@@ -11,6 +11,7 @@ import pytest
 from harness import modelgen
 from harness.client import ServerClient
 from harness.errors import ServerExitedError
+from harness.facts.catalog import RuntimeClass
 from harness.planning.launch import LaunchSpec
 from harness.plugin import StartServer
 from harness.probes.bundles import load_bundle
@@ -84,7 +85,7 @@ def test_fused_bundle_serves_with_its_catalog_entry(name: str,
                                                     start_server: StartServer) -> None:
     bundle = load_bundle(fixture_set.bundle(name))
     entry = bundle.entry
-    assert entry.runtime_class == "fused"
+    assert entry.runtime_class is RuntimeClass.FUSED
     server = start_server(LaunchSpec(
         model=bundle.text_model, ctx_size=entry.context_length, parallel=1,
         cache_type_k=entry.cache_type_k, cache_type_v=entry.cache_type_v,

@@ -28,7 +28,15 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from harness.required import skip_unless_present
-from harness.results.model import BuildRef, Figure, FigureKey, Hardware, RunRecord, TestOutcome
+from harness.results.model import (
+    BuildRef,
+    Figure,
+    FigureKey,
+    Hardware,
+    Outcome,
+    RunRecord,
+    TestOutcome,
+)
 from harness.results.store import ResultsStore, open_store
 
 POSTGRES_ENV = "HARNESS_TEST_POSTGRES_URL"
@@ -64,7 +72,7 @@ def fig(metric: str, value: float, *, test_id: str = "suites/test_bench.py::test
 
 def outcome(test_id: str, result: str = "passed", *, duration_s: float = 0.5,
             message: str | None = None) -> TestOutcome:
-    return TestOutcome(test_id=test_id, outcome=result, duration_s=duration_s,
+    return TestOutcome(test_id=test_id, outcome=Outcome(result), duration_s=duration_s,
                        message=message)
 
 

@@ -17,11 +17,8 @@ from harness.ab.decision import (
     AB_CONFIDENCE,
     AB_MIN_PAIRS,
     AB_THRESHOLD,
-    IMPROVED,
-    REGRESSED,
-    UNCHANGED,
-    UNKNOWN,
     AbRule,
+    AbVerdict,
     MetricDecision,
     all_decided,
     decide,
@@ -253,50 +250,52 @@ def test_wilson_refuses_impossible_counts(successes: int, trials: int) -> None:
 # -- verdicts ----------------------------------------------------------------------
 
 def test_verdict_words_are_the_history_rules() -> None:
-    assert (REGRESSED, IMPROVED, UNCHANGED) == (rules.REGRESSED, rules.IMPROVED,
-                                                rules.UNCHANGED)
-    assert UNKNOWN == "unknown"
+    shared = ("REGRESSED", "IMPROVED", "UNCHANGED")
+    assert [AbVerdict[n].value for n in shared] == [rules.FigureStatus[n].value for n in shared]
+    assert AbVerdict.UNKNOWN.value == "unknown"
 
 
 @pytest.mark.parametrize(("direction", "low", "high", "verdict"), [
-    (HIGHER, 0.90, 0.95, REGRESSED),
-    (HIGHER, 1.04, 1.10, IMPROVED),
-    (HIGHER, 0.98, 1.02, UNCHANGED),
-    (HIGHER, 0.95, 1.00, UNKNOWN),
-    (HIGHER, 1.00, 1.05, UNKNOWN),
-    (HIGHER, 0.90, 1.10, UNKNOWN),
-    (LOWER, 1.04, 1.10, REGRESSED),
-    (LOWER, 0.90, 0.95, IMPROVED),
-    (LOWER, 0.98, 1.02, UNCHANGED),
-    (LOWER, 1.00, 1.05, UNKNOWN),
-    (LOWER, 0.95, 1.00, UNKNOWN),
+    (HIGHER, 0.90, 0.95, AbVerdict.REGRESSED),
+    (HIGHER, 1.04, 1.10, AbVerdict.IMPROVED),
+    (HIGHER, 0.98, 1.02, AbVerdict.UNCHANGED),
+    (HIGHER, 0.95, 1.00, AbVerdict.UNKNOWN),
+    (HIGHER, 1.00, 1.05, AbVerdict.UNKNOWN),
+    (HIGHER, 0.90, 1.10, AbVerdict.UNKNOWN),
+    (LOWER, 1.04, 1.10, AbVerdict.REGRESSED),
+    (LOWER, 0.90, 0.95, AbVerdict.IMPROVED),
+    (LOWER, 0.98, 1.02, AbVerdict.UNCHANGED),
+    (LOWER, 1.00, 1.05, AbVerdict.UNKNOWN),
+    (LOWER, 0.95, 1.00, AbVerdict.UNKNOWN),
 ])
 def test_decide_each_verdict_both_directions(direction: Direction, low: float, high: float,
-                                             verdict: str) -> None:
-    assert decide(_interval(low, high), direction, RULE) == verdict
+                                             verdict: AbVerdict) -> None:
+    assert decide(_interval(low, high), direction, RULE) is verdict
 
 
 def test_no_interval_or_too_few_pairs_is_unknown() -> None:
-    assert decide(None, HIGHER, RULE) == UNKNOWN
-    assert decide(_interval(0.5, 0.6, pairs=5), HIGHER, RULE) == UNKNOWN
-    assert decide(_interval(0.5, 0.6, pairs=8), HIGHER, AbRule(min_pairs=10)) == UNKNOWN
+    assert decide(None, HIGHER, RULE) == AbVerdict.UNKNOWN
+    assert decide(_interval(0.5, 0.6, pairs=5), HIGHER, RULE) == AbVerdict.UNKNOWN
+    assert decide(_interval(0.5, 0.6, pairs=8), HIGHER, AbRule(min_pairs=10)) == AbVerdict.UNKNOWN
 
 
 def test_threshold_band_edges() -> None:
     slower, faster = 0.97, 1 / 0.97
     # Regressed needs the whole interval strictly beyond the edge; unchanged includes it.
-    assert decide(_interval(0.96, slower), HIGHER, RULE) == UNKNOWN
-    assert decide(_interval(0.96, math.nextafter(slower, 0)), HIGHER, RULE) == REGRESSED
-    assert decide(_interval(slower, faster), HIGHER, RULE) == UNCHANGED
-    assert decide(_interval(slower, faster), LOWER, RULE) == UNCHANGED
-    assert decide(_interval(faster, 1.05), LOWER, RULE) == UNKNOWN
-    assert decide(_interval(math.nextafter(faster, 2), 1.05), LOWER, RULE) == REGRESSED
-    assert decide(_interval(faster, 1.05), HIGHER, RULE) == UNKNOWN
-    assert decide(_interval(math.nextafter(faster, 2), 1.05), HIGHER, RULE) == IMPROVED
+    assert decide(_interval(0.96, slower), HIGHER, RULE) == AbVerdict.UNKNOWN
+    assert decide(_interval(0.96, math.nextafter(slower, 0)), HIGHER, RULE) == AbVerdict.REGRESSED
+    assert decide(_interval(slower, faster), HIGHER, RULE) == AbVerdict.UNCHANGED
+    assert decide(_interval(slower, faster), LOWER, RULE) == AbVerdict.UNCHANGED
+    assert decide(_interval(faster, 1.05), LOWER, RULE) == AbVerdict.UNKNOWN
+    assert decide(_interval(math.nextafter(faster, 2), 1.05), LOWER, RULE) == AbVerdict.REGRESSED
+    assert decide(_interval(faster, 1.05), HIGHER, RULE) == AbVerdict.UNKNOWN
+    assert decide(_interval(math.nextafter(faster, 2), 1.05), HIGHER, RULE) == AbVerdict.IMPROVED
 
 
-@pytest.mark.parametrize(("slowdown", "verdict"), [(0.035, REGRESSED), (0.025, UNCHANGED)])
-def test_a_slowdown_means_the_same_either_direction(slowdown: float, verdict: str) -> None:
+@pytest.mark.parametrize(("slowdown", "verdict"), [(0.035, AbVerdict.REGRESSED),
+                                                   (0.025, AbVerdict.UNCHANGED)])
+def test_a_slowdown_means_the_same_either_direction(slowdown: float,
+                                                    verdict: AbVerdict) -> None:
     # Throughput times (1 - s), or time divided by (1 - s): the same work per second.
     speed = 1 - slowdown
     assert decide(_interval(speed, speed), HIGHER, RULE) == verdict
@@ -305,7 +304,7 @@ def test_a_slowdown_means_the_same_either_direction(slowdown: float, verdict: st
 
 def test_time_three_percent_longer_is_inside_the_band() -> None:
     # 1.03x the time is 2.9 % fewer completions per second: below a 3 % slowdown.
-    assert decide(_interval(1.03, 1.03), LOWER, RULE) == UNCHANGED
+    assert decide(_interval(1.03, 1.03), LOWER, RULE) == AbVerdict.UNCHANGED
 
 
 # -- the rule ----------------------------------------------------------------------
@@ -351,7 +350,7 @@ def _noisy(centre: float, n: int, seed: int, spread: float = 0.01) -> list[float
 def test_decide_metric_uses_the_metrics_direction() -> None:
     baseline = _noisy(100.0, 12, 1)
     slower_decode = decide_metric("decode_tps", baseline, [v * 0.9 for v in baseline], RULE)
-    assert slower_decode.verdict == REGRESSED
+    assert slower_decode.verdict == AbVerdict.REGRESSED
     assert slower_decode.metric == "decode_tps"
     assert slower_decode.pairs == 12
     assert slower_decode.interval is not None
@@ -360,18 +359,18 @@ def test_decide_metric_uses_the_metrics_direction() -> None:
     assert slower_decode.candidate_median == pytest.approx(0.9 * slower_decode.baseline_median)
     # The same 0.9 on a time is the candidate answering sooner.
     assert decide_metric("ttft_ms", baseline, [v * 0.9 for v in baseline],
-                         RULE).verdict == IMPROVED
+                         RULE).verdict == AbVerdict.IMPROVED
     assert decide_metric("load_s", baseline, [v / 0.9 for v in baseline],
-                         RULE).verdict == REGRESSED
+                         RULE).verdict == AbVerdict.REGRESSED
     same = decide_metric("prompt_tps", baseline, _noisy(100.0, 12, 2, spread=0.002), RULE)
-    assert same.verdict == UNCHANGED
+    assert same.verdict == AbVerdict.UNCHANGED
 
 
 def test_decide_metric_without_enough_pairs() -> None:
     few = decide_metric("decode_tps", [100.0] * 5, [50.0] * 5, RULE)
-    assert few == MetricDecision("decode_tps", UNKNOWN, None, 100.0, 50.0, 5)
+    assert few == MetricDecision("decode_tps", AbVerdict.UNKNOWN, None, 100.0, 50.0, 5)
     empty = decide_metric("decode_tps", [], [], RULE)
-    assert empty == MetricDecision("decode_tps", UNKNOWN, None, None, None, 0)
+    assert empty == MetricDecision("decode_tps", AbVerdict.UNKNOWN, None, None, None, 0)
 
 
 # -- absolute floors ------------------------------------------------------------------
@@ -380,21 +379,21 @@ def test_a_load_time_change_below_its_floor_is_not_a_regression() -> None:
     # bench loads in about 60 ms; 10 % slower is 6 ms, under load_s's 50 ms floor.
     baseline = _noisy(0.060, 12, 4)
     slower = decide_metric("load_s", baseline, [v * 1.10 for v in baseline], RULE)
-    assert slower.verdict == UNCHANGED
+    assert slower.verdict == AbVerdict.UNCHANGED
     share = METRICS["load_s"].min_change / slower.baseline_median  # type: ignore[operator]
     assert slower.threshold == pytest.approx(share / (1 + share))
     # Without the floor the same pairs are a regression: the floor made the difference.
-    assert decide(slower.interval, LOWER, RULE) == REGRESSED
+    assert decide(slower.interval, LOWER, RULE) == AbVerdict.REGRESSED
     # Past the floor it counts: 0.06 s -> 0.15 s is 90 ms more.
     assert decide_metric("load_s", baseline, [v * 2.5 for v in baseline],
-                         RULE).verdict == REGRESSED
+                         RULE).verdict == AbVerdict.REGRESSED
 
 
 def test_a_floor_smaller_than_the_threshold_changes_nothing() -> None:
     # A 10 s load: load_s's 50 ms floor is 0.5 %, inside the 3 % band.
     baseline = _noisy(10.0, 12, 5)
     decision = decide_metric("load_s", baseline, [v * 1.10 for v in baseline], RULE)
-    assert (decision.verdict, decision.threshold) == (REGRESSED, RULE.threshold)
+    assert (decision.verdict, decision.threshold) == (AbVerdict.REGRESSED, RULE.threshold)
     # A metric without a floor keeps the rule's threshold however small its values.
     assert decide_metric("decode_tps", [0.001] * 6, [0.001] * 6, RULE).threshold == 0.03
 
@@ -403,9 +402,9 @@ def test_time_to_first_token_floor() -> None:
     # 17 ms: ttft_ms's 5 ms floor is a band of 5/22 = 22.7 %.
     baseline = _noisy(17.0, 12, 6)
     small = decide_metric("ttft_ms", baseline, [v * 1.15 for v in baseline], RULE)
-    assert small.verdict == UNCHANGED
+    assert small.verdict == AbVerdict.UNCHANGED
     large = decide_metric("ttft_ms", baseline, [v * 1.5 for v in baseline], RULE)
-    assert large.verdict == REGRESSED
+    assert large.verdict == AbVerdict.REGRESSED
     assert small.threshold == pytest.approx(large.threshold)
 
 
@@ -450,11 +449,12 @@ def test_decide_metric_errors_name_the_metric() -> None:
 
 
 def test_all_decided() -> None:
-    def made(verdict: str) -> MetricDecision:
+    def made(verdict: AbVerdict) -> MetricDecision:
         return MetricDecision("decode_tps", verdict, None, None, None, 0)
 
-    assert all_decided([made(REGRESSED), made(UNCHANGED), made(IMPROVED)])
-    assert not all_decided([made(UNCHANGED), made(UNKNOWN)])
+    assert all_decided([made(AbVerdict.REGRESSED), made(AbVerdict.UNCHANGED),
+                        made(AbVerdict.IMPROVED)])
+    assert not all_decided([made(AbVerdict.UNCHANGED), made(AbVerdict.UNKNOWN)])
     assert all_decided([])
 
 

@@ -9,6 +9,7 @@ from types import MappingProxyType
 import pytest
 
 from harness.errors import ConfigError
+from harness.facts.build import Backend
 from harness.facts.gpu import (
     SETTING_NAMES,
     FlashAttn,
@@ -89,8 +90,8 @@ def test_a_name_match_with_too_little_vram_falls_to_the_bucket(
 
 
 def test_backend_outside_the_card_list_is_noted() -> None:
-    result = autotune(GpuInfo("AMD Instinct MI300X", 196592, backend="cuda"), CONFIGS, None,
-                      {}, {})
+    result = autotune(GpuInfo("AMD Instinct MI300X", 196592, backend=Backend.CUDA), CONFIGS,
+                      None, {}, {})
     assert result.source is TuneSource.MATCH
     assert any("backend 'cuda' is not among mi300x's backends" in r for r in result.reasons)
 

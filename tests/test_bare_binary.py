@@ -72,6 +72,16 @@ def test_a_listed_device_outranks_an_init_line() -> None:
     assert infer_backend(parse_device_list(listing), CUDA_NO_GPU) is Backend.ROCM
 
 
+def test_a_listed_device_gives_its_gpu_a_backend_the_harness_builds_or_none() -> None:
+    (h200,) = parse_device_list(H200_LIST)
+    assert h200.gpu_info() == GpuInfo("NVIDIA H200", 143771, backend=Backend.CUDA)
+    assert h200.gpu_info().backend is Backend.CUDA
+    # A ggml backend no Backend names (Metal, SYCL) is listed, but its GPU gets none.
+    (metal,) = parse_device_list("Available devices:\n  MTL0: Apple M2 (10922 MiB, "
+                                 "10922 MiB free)\n")
+    assert (metal.backend, metal.gpu_info().backend) == (None, None)
+
+
 def test_a_bare_binary_record_carries_its_help_and_a_content_key() -> None:
     sha = "ab" * 32
     info = bare_binary_info(binary="/opt/fork/llama-server", sha256=sha, backend=Backend.CUDA,

@@ -16,7 +16,7 @@ from harness.results.baseline_selection import select_baseline
 from harness.results.comparison import Comparison, FigureResult, HardwareMismatchError, compare
 from harness.results.model import METRICS, Direction, Figure, FigureKey, Hardware, RunRecord
 from harness.results.noise_rule import NoiseRule, judge
-from harness.results.rules import IMPROVED, MISSING_NOW, NO_BASELINE, REGRESSED, UNCHANGED
+from harness.results.rules import FigureStatus
 from harness.results.store import ResultsStore
 
 # Shared fixtures (tests/ has no conftest.py): each store test runs on SQLite and PostgreSQL.
@@ -96,7 +96,7 @@ def test_a_rerun_test_counts_by_its_last_report() -> None:
 def test_a_real_slowdown_is_a_regression() -> None:
     result = compare(_baseline("decode_tps", DECODE), _current(fig("decode_tps", 850.0)))
     figure = _only(result)
-    assert figure.status == REGRESSED
+    assert figure.status == FigureStatus.REGRESSED
     assert result.regressed
     assert figure.judgement.n == 5
     assert figure.judgement.mean == pytest.approx(1000.0)
@@ -106,13 +106,13 @@ def test_a_real_slowdown_is_a_regression() -> None:
 
 def test_noise_is_not_flagged() -> None:
     result = compare(_baseline("decode_tps", DECODE), _current(fig("decode_tps", 990.0)))
-    assert _only(result).status == UNCHANGED
+    assert _only(result).status == FigureStatus.UNCHANGED
     assert not result.regressed
 
 
 def test_a_speedup_is_an_improvement_not_a_regression() -> None:
     result = compare(_baseline("decode_tps", DECODE), _current(fig("decode_tps", 1150.0)))
-    assert _only(result).status == IMPROVED
+    assert _only(result).status == FigureStatus.IMPROVED
     assert not result.regressed
 
 
@@ -120,25 +120,25 @@ def test_lower_is_better_metrics_regress_upwards() -> None:
     ttft = (100.0, 102.0, 98.0, 101.0, 99.0)
     slower = compare(_baseline("ttft_ms", ttft), _current(fig("ttft_ms", 130.0)))
     faster = compare(_baseline("ttft_ms", ttft), _current(fig("ttft_ms", 70.0)))
-    assert (_only(slower).status, slower.regressed) == (REGRESSED, True)
-    assert (_only(faster).status, faster.regressed) == (IMPROVED, False)
+    assert (_only(slower).status, slower.regressed) == (FigureStatus.REGRESSED, True)
+    assert (_only(faster).status, faster.regressed) == (FigureStatus.IMPROVED, False)
 
 
 def test_fewer_than_min_runs_is_never_judged() -> None:
     result = compare(_baseline("decode_tps", DECODE[:2]), _current(fig("decode_tps", 100.0)))
-    assert _only(result).status == NO_BASELINE
+    assert _only(result).status == FigureStatus.NO_BASELINE
     assert not result.regressed
     # The rule's min_runs decides, not a constant.
     relaxed = compare(_baseline("decode_tps", DECODE[:2]), _current(fig("decode_tps", 100.0)),
                       NoiseRule(min_runs=2))
-    assert _only(relaxed).status == REGRESSED
+    assert _only(relaxed).status == FigureStatus.REGRESSED
 
 
 def test_only_baseline_runs_with_the_figure_count() -> None:
     runs = _baseline("decode_tps", DECODE[:2])
     runs.append(make_run("no-figures", started_at=at(0)))
     result = compare(runs, _current(fig("decode_tps", 100.0)))
-    assert _only(result).status == NO_BASELINE
+    assert _only(result).status == FigureStatus.NO_BASELINE
     assert _only(result).judgement.n == 2
 
 
@@ -148,7 +148,7 @@ def test_a_run_counts_by_the_median_of_its_samples() -> None:
                        fig("decode_tps", 10.0))
     result = compare(_baseline("decode_tps", DECODE), current)
     assert _only(result).current == 1000.0
-    assert _only(result).status == UNCHANGED
+    assert _only(result).status == FigureStatus.UNCHANGED
 
 
 def test_different_keys_are_never_compared_with_each_other() -> None:
@@ -164,10 +164,10 @@ def test_different_keys_are_never_compared_with_each_other() -> None:
     result = compare(baseline, current)
     by_key = {(r.key, r.metric): r.status for r in result.figure_results}
     assert by_key == {
-        (long_prompt, "decode_tps"): UNCHANGED,
-        (other_gen, "decode_tps"): UNCHANGED,
-        (flash, "decode_tps"): NO_BASELINE,
-        (results_fixtures.KEY, "decode_tps"): MISSING_NOW,
+        (long_prompt, "decode_tps"): FigureStatus.UNCHANGED,
+        (other_gen, "decode_tps"): FigureStatus.UNCHANGED,
+        (flash, "decode_tps"): FigureStatus.NO_BASELINE,
+        (results_fixtures.KEY, "decode_tps"): FigureStatus.MISSING_NOW,
     }
     assert not result.regressed
 
@@ -177,12 +177,12 @@ def test_metrics_of_one_key_are_separate_figures() -> None:
         fig("decode_tps", v), fig("prompt_tps", v * 3)]) for i, v in enumerate(DECODE)]
     # Same number, other metric: decode at prompt speed would look like a big speedup.
     result = compare(baseline, _current(fig("decode_tps", 1000.0), fig("prompt_tps", 3000.0)))
-    assert [r.status for r in result.figure_results] == [UNCHANGED, UNCHANGED]
+    assert [r.status for r in result.figure_results] == [FigureStatus.UNCHANGED] * 2
 
 
 def test_a_figure_gone_from_the_current_run_is_informational() -> None:
     result = compare(_baseline("kv_mib", (64.0, 64.0, 64.0)), _current())
-    assert _only(result).status == MISSING_NOW
+    assert _only(result).status == FigureStatus.MISSING_NOW
     assert _only(result).current is None
     assert not result.regressed
 
@@ -197,19 +197,19 @@ def test_unknown_metric_says_where_to_define_it() -> None:
 def test_judge_needs_both_a_big_change_and_a_big_z() -> None:
     up = Direction.HIGHER_IS_BETTER
     noisy = (1000.0, 1300.0, 700.0, 1200.0, 800.0)
-    assert judge(noisy, 850.0, up).status == UNCHANGED  # -15 % but z < 1
+    assert judge(noisy, 850.0, up).status == FigureStatus.UNCHANGED  # -15 % but z < 1
     steady = (1000.0, 1000.1, 999.9, 1000.05, 999.95)
-    assert judge(steady, 990.0, up).status == UNCHANGED  # z huge but only -1 %
-    assert judge(steady, 940.0, up).status == REGRESSED
-    assert judge(steady, 940.0, up, NoiseRule(threshold=0.1)).status == UNCHANGED
+    assert judge(steady, 990.0, up).status == FigureStatus.UNCHANGED  # z huge but only -1 %
+    assert judge(steady, 940.0, up).status == FigureStatus.REGRESSED
+    assert judge(steady, 940.0, up, NoiseRule(threshold=0.1)).status == FigureStatus.UNCHANGED
 
 
 def test_judge_on_a_flat_baseline() -> None:
     flat = (1000.0, 1000.0, 1000.0)
     same = judge(flat, 1000.0, Direction.HIGHER_IS_BETTER)
-    assert (same.status, same.z) == (UNCHANGED, 0.0)
+    assert (same.status, same.z) == (FigureStatus.UNCHANGED, 0.0)
     worse = judge(flat, 900.0, Direction.HIGHER_IS_BETTER)
-    assert worse.status == REGRESSED
+    assert worse.status == FigureStatus.REGRESSED
     assert worse.z == math.inf
 
 
@@ -219,7 +219,7 @@ def test_judge_reports_its_numbers() -> None:
     # Sample stdev (n - 1): squared deviations 0 + 144 + 144 + 25 + 25 over 4.
     assert j.stdev == pytest.approx(math.sqrt(338 / 4))
     assert j.z == pytest.approx(150.0 / math.sqrt(338 / 4))
-    assert judge(DECODE[:1], 850.0, Direction.HIGHER_IS_BETTER).status == NO_BASELINE
+    assert judge(DECODE[:1], 850.0, Direction.HIGHER_IS_BETTER).status == FigureStatus.NO_BASELINE
 
 
 @pytest.mark.parametrize("bad", [{"threshold": -0.1}, {"z": -1.0}, {"min_runs": 1},
@@ -251,7 +251,7 @@ def test_the_host_name_is_not_part_of_the_hardware() -> None:
     twin = Hardware(host="ci-2", cpu=CPU_BOX.cpu)
     result = compare(_baseline("decode_tps", DECODE, hardware=twin),
                      _current(fig("decode_tps", 1000.0)))
-    assert _only(result).status == UNCHANGED
+    assert _only(result).status == FigureStatus.UNCHANGED
 
 
 def test_an_empty_baseline_is_an_error() -> None:
@@ -307,10 +307,13 @@ def test_json_is_serialisable_with_stable_keys() -> None:
                                   "removed_tests"}
     assert body["tests"]["newly_failing"][0]["test_id"] == "t::pipe"
     decode = next(f for f in body["figures"] if f["metric"] == "decode_tps")
-    assert decode["status"] == REGRESSED
+    assert decode["status"] == FigureStatus.REGRESSED
     assert decode["change_percent"] == pytest.approx(-15.0)
     assert decode["key"]["n_prompt"] == 128
-    assert body["figure_counts"][NO_BASELINE] == 1
+    assert body["figure_counts"][FigureStatus.NO_BASELINE] == 1
+    # Every status is counted, zeros too, in the enum's order.
+    assert list(body["figure_counts"]) == [status.value for status in FigureStatus]
+    assert {f["status"] for f in body["figures"]} <= {status.value for status in FigureStatus}
     assert body["hardware"]["identity"] == CPU_BOX.identity
 
 
@@ -403,10 +406,11 @@ def test_a_move_below_the_metrics_absolute_floor_never_counts() -> None:
     # A quiet 3 ms first token moving to 4.5 ms: +50 % and far beyond 3 stdevs, but
     # under the 5 ms floor of ttft_ms, so it is the clock's grain, not a regression.
     quiet = [3.0, 3.01, 2.99, 3.0, 3.02]
-    assert judge(quiet, 4.5, Direction.LOWER_IS_BETTER).status == REGRESSED
+    assert judge(quiet, 4.5, Direction.LOWER_IS_BETTER).status == FigureStatus.REGRESSED
     floor = METRICS["ttft_ms"].min_change
-    assert judge(quiet, 4.5, Direction.LOWER_IS_BETTER, NoiseRule(), floor).status == UNCHANGED
-    assert judge(quiet, 9.0, Direction.LOWER_IS_BETTER, NoiseRule(), floor).status == REGRESSED
+    lower = Direction.LOWER_IS_BETTER
+    assert judge(quiet, 4.5, lower, NoiseRule(), floor).status == FigureStatus.UNCHANGED
+    assert judge(quiet, 9.0, lower, NoiseRule(), floor).status == FigureStatus.REGRESSED
 
 
 def test_compare_applies_each_metrics_floor() -> None:
@@ -415,4 +419,4 @@ def test_compare_applies_each_metrics_floor() -> None:
     current = make_run("cur", started_at=at(9), figures=(fig("ttft_ms", 4.5),))
     result = compare(list(reversed(base)), current)
     assert not result.regressed
-    assert [r.status for r in result.figure_results] == [UNCHANGED]
+    assert [r.status for r in result.figure_results] == [FigureStatus.UNCHANGED]

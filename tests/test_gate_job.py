@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -132,9 +133,9 @@ def test_an_unknown_baseline_fails_the_job_with_exit_2(service: Service,
     assert (tmp_path / "out" / "report" / "index.html").is_file()
 
 
-def _ab_gate(out: Path, *, source: Path | None = None,
-             slow_us: int | None = None) -> subprocess.CompletedProcess[str]:
-    """The gate with HARNESS_GATE_AB_BASELINE=pin, no service, the smoke suite only."""
+def _ab_gate(out: Path, *, source: Path | None = None, slow_us: int | None = None,
+             baseline: str = "pin") -> subprocess.CompletedProcess[str]:
+    """The gate with HARNESS_GATE_AB_BASELINE=``baseline``, no service, the smoke suite only."""
     env = {name: value for name, value in os.environ.items()
            if not name.startswith(("HARNESS_", "GITHUB_", "CI_"))}
     if "HARNESS_CACHE" in os.environ:
@@ -143,7 +144,7 @@ def _ab_gate(out: Path, *, source: Path | None = None,
         "HARNESS_GATE_RUNNER": "subprocess", "HARNESS_GATE_OUT": str(out),
         "HARNESS_GATE_SUMMARY": str(out / "summary.md"), "HARNESS_GATE_BASELINE": "",
         "HARNESS_GATE_WORKERS": "2", "HARNESS_BRANCH": "feature/ab",
-        "HARNESS_GATE_AB_BASELINE": "pin",
+        "HARNESS_GATE_AB_BASELINE": baseline,
         "HARNESS_GATE_AB_ARGS": "--metric decode_tps --budget-s 100",
     })
     if source is not None:
@@ -172,3 +173,40 @@ def test_the_gate_ab_step_fails_a_slowed_candidate(tmp_path: Path) -> None:
     assert "gate: A/B against pin exit 1" in done.stderr
     ab = json.loads((tmp_path / "out" / "run.json").read_text())["ab"]
     assert ab["metrics"]["decode_tps"]["verdict"] == "regressed"
+
+
+def _git(tree: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(tree), "-c", "user.name=harness", "-c",
+                    "user.email=harness@localhost", *args], check=True, capture_output=True)
+
+
+def test_the_gate_ab_step_builds_a_git_ref_of_the_source_as_its_baseline(
+        tmp_path: Path) -> None:
+    # A llama.cpp checkout whose tagged commit holds the slowed tree's files, so both the
+    # ref's archive and the working tree hash to the slowed build already in the cache:
+    # the ref path runs for real (git archive, harness build --source, harness ab) and
+    # builds nothing. Same build both sides: the A/B must pass.
+    checkout = tmp_path / "llama.cpp"
+    shutil.copytree(slowed_source(cache_root()), checkout, symlinks=True)
+    _git(checkout, "init", "-q")
+    _git(checkout, "add", "-A", "-f")
+    _git(checkout, "commit", "-q", "-m", "the slowed tree")
+    _git(checkout, "tag", "ab-base")
+    done = _ab_gate(tmp_path / "out", source=checkout, baseline="ab-base")
+    assert done.returncode == 0, _detail(done)
+    assert "gate: A/B against ab-base exit 0" in done.stderr
+    # The ref was unpacked from git, not read from the working tree.
+    unpacked = tmp_path / "out" / "ab-baseline-source"
+    assert (unpacked / "CMakeLists.txt").is_file()
+    assert not (unpacked / ".git").exists()
+    ab = json.loads((tmp_path / "out" / "run.json").read_text())["ab"]
+    # Both arms resolved to the one cached build of that content.
+    assert ab["baseline"] == ab["candidate"], ab
+    assert ab["metrics"]["decode_tps"]["verdict"] != "regressed"
+
+
+def test_a_git_ref_baseline_without_a_source_checkout_is_refused(tmp_path: Path) -> None:
+    done = _ab_gate(tmp_path / "out", baseline="main")
+    assert done.returncode == 2, _detail(done)
+    assert "HARNESS_GATE_AB_BASELINE=main is a git ref, which needs HARNESS_SOURCE" \
+        in done.stderr

@@ -135,7 +135,7 @@ def test_rocm_smi_lists_cards_in_index_order() -> None:
     gpus = parse_rocm_smi_json(_sample("rocm-smi-4x-mi210.json"))
     assert [g.name for g in gpus] == ["Instinct MI210"] * 4
     assert gpus[0].gpu_info(Backend.ROCM) == GpuInfo(
-        name="Instinct MI210", vram_mib=65520, backend="rocm", driver=None)
+        name="Instinct MI210", vram_mib=65520, backend=Backend.ROCM, driver=None)
 
 
 def test_rocm_smi_without_amdgpu_exits_0_with_empty_stdout_and_is_caught() -> None:
@@ -247,7 +247,8 @@ def test_nvml_gives_name_driver_and_vram_in_mib() -> None:
     assert gpu == SeenGpu(name="NVIDIA GeForce RTX 4090", source=NVML, driver="550.54.15",
                           total_mib=24564, free_mib=25090842624 // MIB)
     assert gpu.gpu_info(Backend.CUDA) == GpuInfo(
-        name="NVIDIA GeForce RTX 4090", vram_mib=24564, backend="cuda", driver="550.54.15")
+        name="NVIDIA GeForce RTX 4090", vram_mib=24564, backend=Backend.CUDA,
+        driver="550.54.15")
 
 
 def test_probe_nvml_on_an_l4_is_usable() -> None:

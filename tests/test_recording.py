@@ -42,14 +42,15 @@ from harness.results.model import (
     Figure,
     FigureKey,
     Hardware,
+    Outcome,
     RunRecord,
 )
 from harness.results.model import (
-    TestOutcome as Outcome,
+    TestOutcome as RunOutcome,
 )
 from harness.runners.observe import add_observer, remove_observer
 from harness.runners.subprocess_runner import SubprocessRunner
-from harness.supervise.supervisor import SERVED, LaunchSupervisor
+from harness.supervise.supervisor import AttemptOutcome, LaunchSupervisor
 from harness.verdicts.failure import FailureClass
 
 NODE = "suites/test_x.py::test_y"
@@ -66,7 +67,7 @@ BUILD = BuildRef(backend="cpu", version="version: 1 (abc)", source_digest="d" * 
 # -- outcomes ----------------------------------------------------------------------------
 
 
-def _one(tally: OutcomeTally) -> Outcome:
+def _one(tally: OutcomeTally) -> RunOutcome:
     (only,) = tally.outcomes()
     return only
 
@@ -76,7 +77,19 @@ def test_a_passing_test_is_passed_with_its_phases_summed() -> None:
     tally.add(NODE, "setup", "passed", 0.25)
     tally.add(NODE, "call", "passed", 1.5)
     tally.add(NODE, "teardown", "passed", 0.125)
-    assert _one(tally) == Outcome(NODE, "passed", 1.875, None)
+    assert _one(tally) == RunOutcome(NODE, Outcome.PASSED, 1.875, None)
+    assert _one(tally).outcome is Outcome.PASSED
+
+
+def test_a_phase_word_pytest_does_not_use_is_refused() -> None:
+    tally = OutcomeTally()
+    tally.add(NODE, "setup", "passed", 0.25)
+    # "error" and "xfailed" are the summary's words for a whole test, never a phase's.
+    for word in ("error", "xfailed", "known-flake"):
+        with pytest.raises(ValueError, match=f"pytest reported a phase as '{word}'; "
+                                             "expected one of passed, failed, skipped"):
+            tally.add(NODE, "call", word, 1.0)
+    assert _one(tally) == RunOutcome(NODE, Outcome.PASSED, 0.25, None)
 
 
 def test_a_failure_in_the_call_is_failed_with_its_message() -> None:
@@ -276,7 +289,7 @@ def test_attempts_of_a_supervised_start_that_left_the_drafter_out(
     assert first["failure"]["exit_code"] == 1
     assert "retried without speculative decoding" in first["action"]
     assert "--spec-draft-model" in first["argv"]
-    assert (second["failure"], second["action"]) == (None, SERVED)
+    assert (second["failure"], second["action"]) == (None, AttemptOutcome.SERVED.value)
     assert "--spec-draft-model" not in second["argv"]
     assert isinstance(first["rung"], str)
     json.dumps(body)
@@ -424,7 +437,8 @@ def test_a_deep_source_path_is_cut_to_fit_the_run_record() -> None:
 def test_run_record_round_trips_through_json(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HARNESS_BRANCH", "feature/x")
     monkeypatch.setenv("HARNESS_COMMIT", "c0ffee")
-    outcomes = [Outcome("t::a", "passed", 1.0), Outcome("t::b", "failed", 0.5, "boom")]
+    outcomes = [RunOutcome("t::a", Outcome.PASSED, 1.0),
+                RunOutcome("t::b", Outcome.FAILED, 0.5, "boom")]
     figs = [Figure("t::a", KEY, "decode_tps", 812.5)]
     record = run_record(run_id="r1", started_at="2025-01-01T00:00:00+00:00",
                         hardware=GPU_HARDWARE, build=BUILD, outcomes=outcomes,

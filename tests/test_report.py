@@ -6,6 +6,7 @@ in a subprocess), and the report from the pinned Allure 3 CLI in node_modules.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -19,7 +20,14 @@ import pytest
 from allure_commons import utils as allure_utils
 from click.testing import CliRunner
 
-from harness.errors import BuildError, ConfigError, ServerNotReadyError, ToolMissingError
+from harness.errors import (
+    BuildError,
+    ConfigError,
+    ServerExitedError,
+    ServerNotReadyError,
+    ToolMissingError,
+)
+from harness.report import allure_meta
 from harness.report.allure import ReportError, allure_command, generate_report, report_config
 from harness.report.allure_meta import (
     CATEGORIES,
@@ -34,7 +42,14 @@ from harness.report.report_cli import HISTORY_ENV, default_history_path, report_
 from harness.report.staging import repair_history
 from harness.supervise.supervisor import LaunchFailedError
 from harness.verdicts.failure import FailureClass, StartFailure, classify_start_failure
-from harness.verdicts.gpu_use import gpu_verdict
+from harness.verdicts.gpu_use import (
+    FAILING_STATES,
+    BlockGpuUse,
+    GpuState,
+    failed_reason,
+    gpu_verdict,
+)
+from harness.verdicts.log_blocks import BlockRole
 from harness.verdicts.plan_check import Mismatch
 
 #: The tiny suite (tests/data/allure/tiny_suite/README.md), copied in as test_<name>.py.
@@ -107,9 +122,12 @@ def test_environment_file_is_sorted_ascii(tmp_path: Path) -> None:
 
 # --- categories ----------------------------------------------------------------------------
 
-EXPECTED_NAMES = ["Known flake", "Build failure", "Infrastructure / timeout",
-                  "Drafter fallback", "Out of memory / offload", "GPU unused",
-                  "Plan-forwarding mismatch"]
+#: The categories in their order: one per failure class and per failing GPU state, named
+#: after the member, between the harness's own.
+EXPECTED_NAMES = ["Known flake", "Build failure",
+                  *(f"Start failure: {kind.value}" for kind in FailureClass),
+                  *(f"GPU use: {state.value}" for state in FAILING_STATES),
+                  "Infrastructure / timeout", "Plan-forwarding mismatch"]
 
 
 def test_categories_json_shape(tmp_path: Path) -> None:
@@ -137,6 +155,61 @@ def _message(exc: BaseException) -> str:
     return str(formatter(type(exc), exc))
 
 
+def _launch_failed(failure: StartFailure) -> str:
+    return _message(LaunchFailedError(failure, (), f"{failure.kind.value} is not a failure a "
+                                                   "retry can fix"))
+
+
+def _gpu_failed(state: GpuState, role: BlockRole = BlockRole.TARGET) -> str:
+    block = BlockGpuUse(role, state, None, None, None, (), None, False, (), "why, in words")
+    return _message(AssertionError(failed_reason(block)))
+
+
+@pytest.mark.parametrize("kind", list(FailureClass))
+def test_each_failure_class_is_a_category(kind: FailureClass) -> None:
+    """A new FailureClass member is a category of its own, named after its value."""
+    failure = StartFailure(kind, "the log line that decided it", 1)
+    assert category_of(_launch_failed(failure), "", "broken") == f"Start failure: {kind.value}"
+    assert f"Start failure: {kind.value}" in {r["name"] for r in categories_json()}
+
+
+@pytest.mark.parametrize("state", FAILING_STATES)
+@pytest.mark.parametrize("role", list(BlockRole))
+def test_each_failing_gpu_state_is_a_category(state: GpuState, role: BlockRole) -> None:
+    assert category_of(_gpu_failed(state, role)) == f"GPU use: {state.value}"
+
+
+def test_passing_gpu_states_are_no_category() -> None:
+    assert set(FAILING_STATES) == set(GpuState) - {GpuState.USED, GpuState.NO_GPU_EXPECTED}
+    assert category_of(_gpu_failed(GpuState.USED)) is None
+
+
+def test_allure_meta_lists_no_member_of_the_enums() -> None:
+    """The categories follow from the enums: allure_meta names no member, so a new one
+    needs no edit there."""
+    tree = ast.parse(Path(allure_meta.__file__).read_text(encoding="utf-8"))
+    named = [f"{node.value.id}.{node.attr}" for node in ast.walk(tree)
+             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+             and node.value.id in {"FailureClass", "GpuState"}]
+    assert named == []
+
+
+@pytest.mark.parametrize("log", [
+    "E llama_model_load: unable to allocate CUDA0 buffer\n",
+    "E srv load_model: failed to load draft model, '/cache/drafter.gguf'\n",
+    "error: invalid argument: --no-such-flag\n",
+    "ggml_cuda_init: failed to initialize CUDA: no CUDA-capable device is detected\n",
+])
+def test_one_classifier_decides(log: str) -> None:
+    """llama.cpp's own words file nothing; the class the supervisor named does."""
+    exited = ServerExitedError(f"llama-server exited with exit code 1 before it was ready\n"
+                               f"--- last 1 log lines ---\n{log}---")
+    assert category_of(_message(exited), "", "broken") is None
+    failure = classify_start_failure(1, log, timed_out=False)
+    assert category_of(_launch_failed(failure), "", "broken") == (
+        f"Start failure: {failure.kind.value}")
+
+
 _CPU_LOG = ("system_info: n_threads = 4 (n_threads_batch = 4) / 4 | CPU : SSE3 = 1 | AVX = 1 |\n"
             "load_tensors:   CPU_Mapped model buffer size =    10.00 MiB\n")
 _DRAFT = classify_start_failure(1, "E srv load_model: failed to load draft model, "
@@ -160,9 +233,8 @@ REAL_MESSAGES: list[tuple[str, str, str, str, str | None]] = [
     ("not-ready", _message(ServerNotReadyError(
         "llama-server was not ready after 60s: still waiting for /health answered 503 "
         "loading model")), "", "broken", "Infrastructure / timeout"),
-    ("launch-timeout", _message(LaunchFailedError(
-        _TIMEOUT, (), "readiness-timeout is not a failure a retry can fix")), "", "broken",
-     "Infrastructure / timeout"),
+    ("launch-timeout", _launch_failed(_TIMEOUT), "", "broken",
+     "Start failure: readiness-timeout"),
     ("pytest-timeout", "Failed: Timeout (>600.0s) from pytest-timeout.", "", "failed",
      "Infrastructure / timeout"),
     ("no-docker", _message(ConfigError(
@@ -170,24 +242,26 @@ REAL_MESSAGES: list[tuple[str, str, str, str, str | None]] = [
      "", "broken", "Infrastructure / timeout"),
     ("drafter-load", _message(LaunchFailedError(
         _DRAFT, (), "the server reported drafter-load, but this launch has no drafter or spec "
-        "type to leave out")), "", "broken", "Drafter fallback"),
+        "type to leave out")), "", "broken", "Start failure: drafter-load"),
+    # A suite's check on the classes names two of them: the suite's own failure, no start's.
     ("drafter-assert", "AssertionError: assert <FailureClass.OUT_OF_MEMORY: 'out-of-memory'> "
-     "is <FailureClass.DRAFTER_LOAD: 'drafter-load'>", "", "failed", "Drafter fallback"),
-    ("drafter-suite", "AssertionError: assert 'x' == 'y'",
-     _ASSERTION_TRACE.format("suites/test_drafter_fallback.py"), "failed", "Drafter fallback"),
+     "is <FailureClass.DRAFTER_LOAD: 'drafter-load'>", "", "failed", None),
     ("oom", _message(LaunchFailedError(
         _OOM, (), "out of memory on every rung of the offload ladder (tried: 1. all layers on "
-        "the GPU); the context is at its floor")), "", "broken", "Out of memory / offload"),
+        "the GPU); the context is at its floor")), "", "broken", "Start failure: out-of-memory"),
+    # Earlier attempts' classes are listed below the headline; the last start's decides.
+    ("oom-after-drafter", _message(LaunchFailedError(_OOM, (), "no rung left"))
+     + f"\n  attempt 1 (all layers on the GPU): {_DRAFT}", "", "broken",
+     "Start failure: out-of-memory"),
     ("offload-suite", "AssertionError: assert {'blk.0.ffn_up_exps.weight'} == set()",
-     _ASSERTION_TRACE.format("suites/test_offload_ladders.py"), "failed",
-     "Out of memory / offload"),
+     _ASSERTION_TRACE.format("suites/test_offload_ladders.py"), "failed", None),
     ("gpu-not-loaded", _message(AssertionError(gpu_verdict(_CPU_LOG, "cuda").reason)), "",
-     "failed", "GPU unused"),
+     "failed", "GPU use: not-loaded"),
     ("gpu-no-devices", _message(AssertionError(
         gpu_verdict("ggml_vulkan: No devices found.\n" + _CPU_LOG, "vulkan").reason)), "",
-     "failed", "GPU unused"),
+     "failed", "GPU use: no-devices"),
     ("require-gpu", "Failed: this run requires cuda: /opt/llama-server --list-devices shows "
-     "no CUDA device", "", "failed", "GPU unused"),
+     "no cuda device", "", "failed", "Infrastructure / timeout"),
     ("plan", _message(_PLAN), "", "failed", "Plan-forwarding mismatch"),
     ("plan-suite", "AssertionError: assert 'rtx-4090' == 'rtx-3090'",
      _ASSERTION_TRACE.format("suites/test_plan_forwarding.py"), "failed",
@@ -198,6 +272,11 @@ REAL_MESSAGES: list[tuple[str, str, str, str, str | None]] = [
     ("known-flake", "XFAIL known flake: races the slot reset (https://issues.example.org/1)"
      "\n\nAssertionError: assert 'a' == 'b'", "", "skipped", "Known flake"),
     ("failed-naming-a-flake", "AssertionError: known flake: no", "", "failed", None),
+    # Every class and every failing state, as the harness's own messages name them.
+    *((f"start-{kind.value}", _launch_failed(StartFailure(kind, "evidence", 1)), "",
+       "broken", f"Start failure: {kind.value}") for kind in FailureClass),
+    *((f"gpu-state-{state.value}", _gpu_failed(state), "", "failed", f"GPU use: {state.value}")
+      for state in FAILING_STATES),
 ]
 
 

@@ -6,12 +6,12 @@ import pytest
 
 from harness.errors import ConfigError
 from harness.facts.build import Capabilities
-from harness.facts.catalog import CatalogEntry
+from harness.facts.catalog import CatalogEntry, RuntimeClass
 from harness.planning.capability import fit_cache_types
 from harness.planning.routing import InferenceBackend, RouteReason, decide_backend
 
 
-def _entry(runtime_class: str = "fused") -> CatalogEntry:
+def _entry(runtime_class: RuntimeClass = RuntimeClass.FUSED) -> CatalogEntry:
     return CatalogEntry(id="tiny-dense", runtime_class=runtime_class, context_length=2048,
                         cache_type_k="f16", cache_type_v="f16", drafter=None,
                         spec_type=None, tags=())
@@ -20,7 +20,6 @@ def _entry(runtime_class: str = "fused") -> CatalogEntry:
 @pytest.mark.parametrize(("catalog", "override", "fused", "reason"), [
     pytest.param(_entry(), None, True, RouteReason.CATALOG, id="fused-catalog"),
     pytest.param(_entry(), "auto", True, RouteReason.CATALOG, id="fused-catalog-auto"),
-    pytest.param(_entry("plain"), None, False, RouteReason.CATALOG, id="non-fused-catalog"),
     pytest.param(None, None, False, RouteReason.DEFAULT, id="no-catalog-default"),
     pytest.param(None, "", False, RouteReason.DEFAULT, id="empty-override-is-unset"),
     pytest.param(_entry(), "llama-cpp", True, RouteReason.ENV_OVERRIDE, id="override-wins"),
@@ -33,6 +32,14 @@ def test_routing(catalog: CatalogEntry | None, override: str | None, fused: bool
     assert decision.fused is fused
     assert decision.reason is reason
     assert decision.detail
+
+
+def test_a_runtime_class_outside_the_catalog_format_is_refused() -> None:
+    # Where a manifest's or bundle spec's text becomes an entry.
+    with pytest.raises(ValueError, match=r"runtime_class 'plain' is not one of 'fused'"):
+        _entry("plain")  # type: ignore[arg-type]
+    assert _entry("fused").runtime_class is RuntimeClass.FUSED  # type: ignore[arg-type]
+    assert _entry().to_json()["runtime_class"] == "fused"
 
 
 def test_override_says_so() -> None:

@@ -31,7 +31,7 @@ from harness.runners.base import WaitCondition
 from harness.runners.subprocess_runner import SubprocessRunner, SubprocessServer
 from harness.supervise.oom_injector import OOM_EXIT_CODE, make_oom_launcher, starts_seen
 from harness.supervise.supervisor import (
-    SERVED,
+    AttemptOutcome,
     LaunchFailedError,
     LaunchSupervisor,
     SupervisedLaunch,
@@ -108,7 +108,9 @@ def test_a_corrupt_drafter_is_marked_broken_and_the_retry_serves(
     assert first.failure.exit_code == 1
     assert "--spec-draft-model" in first.argv
     assert "retried without speculative decoding" in first.action
-    assert (second.failure, second.action, second.spec.drafter) == (None, SERVED, None)
+    assert first.outcome is AttemptOutcome.RETRIED
+    assert (second.failure, second.outcome, second.spec.drafter) == (
+        None, AttemptOutcome.SERVED, None)
     assert "--spec-draft-model" not in second.argv
     assert (harness_build.key, str(drafter)) in broken.snapshot()
     _serves(launch)
@@ -123,7 +125,7 @@ def test_a_drafter_known_broken_is_left_out_before_the_first_start(
     launch = supervise("dense", broken=broken).launch_spec(LaunchSpec(
         model=fixture_set.model("dense"), ctx_size=512, spec_type="draft-simple",
         drafter=drafter))
-    assert [a.action for a in launch.attempts] == [SERVED]
+    assert [a.outcome for a in launch.attempts] == [AttemptOutcome.SERVED]
     assert len(launch.notes) == 1
     assert "it broke an earlier start" in launch.notes[0]
 
@@ -206,6 +208,7 @@ def _fails(supervisor: LaunchSupervisor[SubprocessServer], spec: LaunchSpec,
     assert len(error.attempts) == 1
     assert error.attempts[0].failure == error.failure
     assert error.attempts[0].action.startswith("gave up:")
+    assert error.attempts[0].outcome is AttemptOutcome.GAVE_UP
     assert "is not a failure a retry can fix" in error.reason
     assert str(error.failure) in str(error)
     return error

@@ -11,6 +11,7 @@ import time
 import uuid
 from pathlib import Path
 
+from harness.ab.decision import AbVerdict
 from harness.ab.plot import paired_samples_png
 from harness.ab.report import table
 from harness.ab.runner import AbOutcome
@@ -44,7 +45,7 @@ def write_allure_result(outcome: AbOutcome, results_dir: Path) -> Path:
         (results_dir / source).write_bytes(body)
         attachments.append({"name": name, "source": source, "type": kind})
     stop = int(time.time() * 1000)
-    regressed = [d.metric for d in outcome.decisions if d.verdict == "regressed"]
+    regressed = [d.metric for d in outcome.decisions if d.verdict is AbVerdict.REGRESSED]
     result = {
         "uuid": result_id, "historyId": NAME, "testCaseId": NAME, "name": NAME,
         "fullName": f"harness.ab#{NAME}",

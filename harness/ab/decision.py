@@ -22,22 +22,18 @@ from harness.results.rules import (
     AB_CONFIDENCE,
     AB_MIN_PAIRS,
     AB_THRESHOLD,
-    IMPROVED,
-    REGRESSED,
-    UNCHANGED,
-    UNKNOWN,
+    AbVerdict,
 )
 
 __all__ = [
     "AB_BLOCK_SIZE", "AB_BUDGET_S", "AB_CONFIDENCE", "AB_MIN_PAIRS", "AB_THRESHOLD",
-    "IMPROVED", "REGRESSED", "UNCHANGED", "UNKNOWN", "AbRule", "MetricDecision",
-    "all_decided", "decide", "decide_metric", "effective_threshold",
-    "resampled_false_alarm_rate",
+    "AbRule", "AbVerdict", "MetricDecision", "all_decided", "decide", "decide_metric",
+    "effective_threshold", "resampled_false_alarm_rate",
 ]
 
-# UNKNOWN: not decided yet: the interval straddles an edge of the threshold band, or
-# there are too few pairs. The defaults are harness/results/rules.py's, beside the
-# history rule's.
+# AbVerdict.UNKNOWN: not decided yet: the interval straddles an edge of the threshold
+# band, or there are too few pairs. The defaults are harness/results/rules.py's, beside
+# the history rule's.
 
 
 @dataclass(frozen=True)
@@ -112,7 +108,7 @@ def effective_threshold(rule: AbRule, direction: Direction, min_change: float,
 
 
 def decide(interval: RatioInterval | None, direction: Direction, rule: AbRule,
-           threshold: float | None = None) -> str:
+           threshold: float | None = None) -> AbVerdict:
     """The verdict on a candidate/baseline ratio interval.
 
     The band of "no change that matters" is [1 - t, 1 / (1 - t)], t the threshold:
@@ -127,7 +123,7 @@ def decide(interval: RatioInterval | None, direction: Direction, rule: AbRule,
     ``threshold``: t, when not the rule's (:func:`effective_threshold`).
     """
     if interval is None or interval.pairs < rule.min_pairs:
-        return UNKNOWN
+        return AbVerdict.UNKNOWN
     low_edge = 1 - (rule.threshold if threshold is None else threshold)
     high_edge = 1 / low_edge
     if direction is Direction.HIGHER_IS_BETTER:
@@ -135,12 +131,12 @@ def decide(interval: RatioInterval | None, direction: Direction, rule: AbRule,
     else:
         worse, better = interval.low > high_edge, interval.high < low_edge
     if worse:
-        return REGRESSED
+        return AbVerdict.REGRESSED
     if better:
-        return IMPROVED
+        return AbVerdict.IMPROVED
     if low_edge <= interval.low and interval.high <= high_edge:
-        return UNCHANGED
-    return UNKNOWN
+        return AbVerdict.UNCHANGED
+    return AbVerdict.UNKNOWN
 
 
 @dataclass(frozen=True)
@@ -148,7 +144,7 @@ class MetricDecision:
     """One metric's verdict and the numbers behind it (medians: None without samples)."""
 
     metric: str
-    verdict: str
+    verdict: AbVerdict
     interval: RatioInterval | None
     baseline_median: float | None
     candidate_median: float | None
@@ -181,11 +177,11 @@ def decide_metric(metric: str, baseline: Sequence[float], candidate: Sequence[fl
 
 def all_decided(decisions: Iterable[MetricDecision]) -> bool:
     """Whether every metric has a verdict, so the gate can stop before its budget."""
-    return all(d.verdict != UNKNOWN for d in decisions)
+    return all(d.verdict is not AbVerdict.UNKNOWN for d in decisions)
 
 
 def _verdict(sample: Sequence[tuple[float, float]], direction: Direction,
-             rule: AbRule, min_change: float) -> str:
+             rule: AbRule, min_change: float) -> AbVerdict:
     baseline = [b for b, _ in sample]
     interval = paired_ratio_interval(baseline, [c for _, c in sample], rule.confidence)
     threshold = effective_threshold(rule, direction, min_change,
@@ -194,7 +190,7 @@ def _verdict(sample: Sequence[tuple[float, float]], direction: Direction,
 
 
 def _sequential_verdict(sample: Sequence[tuple[float, float]], direction: Direction,
-                        rule: AbRule, min_change: float) -> str:
+                        rule: AbRule, min_change: float) -> AbVerdict:
     # Look as the gate does: after each block, from min_pairs on, stopping at the first
     # verdict. Every look is a chance of a false alarm, which one fixed-size look misses.
     step = rule.pairs_per_block
@@ -202,9 +198,9 @@ def _sequential_verdict(sample: Sequence[tuple[float, float]], direction: Direct
         if n < rule.min_pairs:
             continue
         verdict = _verdict(sample[:n], direction, rule, min_change)
-        if verdict != UNKNOWN:
+        if verdict is not AbVerdict.UNKNOWN:
             return verdict
-    return UNKNOWN
+    return AbVerdict.UNKNOWN
 
 
 def resampled_false_alarm_rate(pairs: Sequence[tuple[float, float]], rule: AbRule,
@@ -233,5 +229,5 @@ def resampled_false_alarm_rate(pairs: Sequence[tuple[float, float]], rule: AbRul
     rng = random.Random(seed)
     judge = _sequential_verdict if sequential else _verdict
     alarms = sum(judge(rng.choices(pairs, k=pairs_per_decision), direction, rule,
-                       min_change) == REGRESSED for _ in range(trials))
+                       min_change) == AbVerdict.REGRESSED for _ in range(trials))
     return alarms / trials

@@ -58,7 +58,7 @@ def _decision_json(decision: MetricDecision, decided_after: float | None) -> dic
     interval = decision.interval
     return {
         "metric": decision.metric, "unit": METRICS[decision.metric].unit,
-        "verdict": decision.verdict, "pairs": decision.pairs,
+        "verdict": decision.verdict.value, "pairs": decision.pairs,
         # The band's t: the rule's threshold, or wider for a metric's absolute floor.
         "threshold": decision.threshold,
         "baseline_median": decision.baseline_median,
@@ -96,7 +96,8 @@ def record_json(outcome: AbOutcome) -> dict[str, Any]:
         "baseline": outcome.baseline.describe()[:1024],
         "candidate": outcome.candidate.describe()[:1024],
         "design": outcome.settings.design, "threshold": outcome.settings.rule.threshold,
-        "metrics": {d.metric: {"verdict": d.verdict, "pairs": d.pairs,
+        # The verdict's plain text: the run record's ``ab`` is plain JSON.
+        "metrics": {d.metric: {"verdict": d.verdict.value, "pairs": d.pairs,
                                "ratio": d.interval.ratio if d.interval else None,
                                "ci_low": d.interval.low if d.interval else None,
                                "ci_high": d.interval.high if d.interval else None}

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.ab.counters import read_counters
-from harness.ab.decision import REGRESSED, UNKNOWN, AbRule, MetricDecision, decide_metric
+from harness.ab.decision import AbRule, AbVerdict, MetricDecision, decide_metric
 from harness.ab.design import (
     BASELINE,
     CANDIDATE,
@@ -108,7 +108,7 @@ class AbOutcome:
 
     @property
     def regressed(self) -> bool:
-        return any(d.verdict == REGRESSED for d in self.decisions)
+        return any(d.verdict is AbVerdict.REGRESSED for d in self.decisions)
 
 
 def _check(baseline: Arm, candidate: Arm, settings: AbSettings) -> None:
@@ -249,7 +249,7 @@ def _run(baseline: Arm, candidate: Arm, settings: AbSettings, *,
                 continue
             decision = decide_metric(metric, *paired_values(samples, metric), settings.rule)
             current[metric] = decision
-            if decision.verdict != UNKNOWN:
+            if decision.verdict is not AbVerdict.UNKNOWN:
                 frozen[metric] = decision
                 decided_after[metric] = elapsed
         number += 1

@@ -7,11 +7,33 @@ names a separate drafter.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 MANIFEST_NAME = "manifest.json"
+
+
+class RuntimeClass(enum.StrEnum):
+    """A catalog entry's ``runtime_class``: the runtime its model needs.
+
+    The catalog format's words (fixtures/models/README.md; the production catalog the
+    harness models calls it ``fused-eliza1``, reference 000). A fused entry goes to the
+    fused llama-cpp pipeline (harness/planning/routing.py), and it is the only class the
+    runtime ships.
+    """
+
+    FUSED = "fused"
+
+
+def parse_runtime_class(word: object) -> RuntimeClass:
+    """A manifest's or bundle spec's ``runtime_class``; ValueError names the known ones."""
+    for runtime_class in RuntimeClass:
+        if word == runtime_class.value:
+            return runtime_class
+    raise ValueError(f"runtime_class {word!r} is not one of "
+                     f"{', '.join(repr(r.value) for r in RuntimeClass)}")
 
 
 def text_model_relpath(entry_id: str) -> str:
@@ -25,7 +47,7 @@ def drafter_relpath(entry_id: str) -> str:
 @dataclass(frozen=True)
 class CatalogEntry:
     id: str
-    runtime_class: str
+    runtime_class: RuntimeClass
     context_length: int
     cache_type_k: str
     cache_type_v: str
@@ -35,9 +57,16 @@ class CatalogEntry:
     spec_type: str | None
     tags: tuple[str, ...]
 
+    def __post_init__(self) -> None:
+        # The entry is where a manifest's (harness/probes/bundles.py) and a bundle spec's
+        # (harness/modelgen/bundles.py) runtime class arrive as text: an unknown one is
+        # refused here, whoever built the entry.
+        object.__setattr__(self, "runtime_class", parse_runtime_class(self.runtime_class))
+
     def to_json(self) -> dict[str, Any]:
         """The manifest object, keys in field order (the written bytes are hashed)."""
         data = asdict(self)
+        data["runtime_class"] = self.runtime_class.value
         data["tags"] = list(self.tags)
         return data
 

@@ -222,7 +222,9 @@ class GpuInfo:
 
     name: str
     vram_mib: int
-    backend: str | None = None
+    #: The backend the probe reached the card through; None where no probe said (a card
+    #: named on the command line). Probes parse their tool's words into it.
+    backend: Backend | None = None
     driver: str | None = None
 
 

@@ -280,7 +280,7 @@ def _select(
         if gpu.vram_mib >= floor:
             reasons = [f"autotune: {seen} matched GPU config {matched.name!r}"]
             if gpu.backend is not None and gpu.backend not in matched.backends:
-                reasons.append(f"note: backend {gpu.backend!r} is not among "
+                reasons.append(f"note: backend {gpu.backend.value!r} is not among "
                                f"{matched.name}'s backends "
                                f"({', '.join(b.value for b in matched.backends)})")
             return TuneSource.MATCH, matched, None, reasons

@@ -12,9 +12,8 @@ import enum
 from dataclasses import dataclass
 
 from harness.errors import ConfigError
-from harness.facts.catalog import CatalogEntry
+from harness.facts.catalog import CatalogEntry, RuntimeClass
 
-FUSED_RUNTIME_CLASS = "fused"
 OVERRIDE_VARIABLE = "HARNESS_INFERENCE_BACKEND"
 #: The override value that means "no override, decide from the catalog".
 AUTO = "auto"
@@ -43,7 +42,7 @@ class RouteDecision:
 
 def decide_backend(catalog: CatalogEntry | None, override: str | None) -> RouteDecision:
     """Route a launch. ``override`` is the raw override value, or None when unset."""
-    fused = catalog is not None and catalog.runtime_class == FUSED_RUNTIME_CLASS
+    fused = catalog is not None and catalog.runtime_class is RuntimeClass.FUSED
     if override and override != AUTO:
         try:
             backend = InferenceBackend(override)
@@ -57,7 +56,7 @@ def decide_backend(catalog: CatalogEntry | None, override: str | None) -> RouteD
                              f"{OVERRIDE_VARIABLE}={override} chose {backend.value}")
     if catalog is not None:
         what = ("fused runtime class: the fused llama-cpp pipeline" if fused
-                else f"runtime class {catalog.runtime_class!r}")
+                else f"runtime class {catalog.runtime_class.value!r}")
         return RouteDecision(InferenceBackend.LLAMA_CPP, fused, RouteReason.CATALOG,
                              f"catalog entry {catalog.id!r} has {what}")
     return RouteDecision(InferenceBackend.LLAMA_CPP, False, RouteReason.DEFAULT,

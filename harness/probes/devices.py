@@ -49,8 +49,7 @@ class Device:
     free_mib: int
 
     def gpu_info(self) -> GpuInfo:
-        return GpuInfo(name=self.description, vram_mib=self.total_mib,
-                       backend=self.backend.value if self.backend else None)
+        return GpuInfo(name=self.description, vram_mib=self.total_mib, backend=self.backend)
 
 
 def parse_device_list(text: str) -> tuple[Device, ...]:

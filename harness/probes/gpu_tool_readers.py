@@ -67,7 +67,7 @@ class SeenGpu:
         """What autotune reads; None when the tool gives no VRAM size to bucket by."""
         if self.total_mib is None:
             return None
-        return GpuInfo(name=self.name, vram_mib=self.total_mib, backend=backend.value,
+        return GpuInfo(name=self.name, vram_mib=self.total_mib, backend=backend,
                        driver=self.driver)
 
     def describe(self) -> str:

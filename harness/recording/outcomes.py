@@ -1,17 +1,34 @@
-"""Turns pytest's per-phase reports into one outcome per test (pure)."""
+"""Turns pytest's per-phase reports into one outcome per test (pure).
+
+pytest reports each phase (setup, call, teardown) as passed, failed or skipped; the
+test's one :class:`~harness.results.model.Outcome` is folded from them the way pytest's
+terminal summary counts it (a failing fixture is an ``error``, an xfail ``xfailed``).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.results.model import TestOutcome
+from harness.results.model import Outcome, TestOutcome
+
+#: What ``TestReport.outcome`` says of one phase (pytest's ``Literal`` of three).
+PHASE_OUTCOMES = (Outcome.PASSED, Outcome.FAILED, Outcome.SKIPPED)
 
 
 @dataclass
 class _Tally:
-    outcome: str = "passed"
+    outcome: Outcome = Outcome.PASSED
     duration_s: float = 0.0
     message: str | None = None
+
+
+def phase_outcome(word: str) -> Outcome:
+    """pytest's word for a phase as an Outcome; ValueError for any other word."""
+    for outcome in PHASE_OUTCOMES:
+        if word == outcome.value:
+            return outcome
+    raise ValueError(f"pytest reported a phase as {word!r}; expected one of "
+                     f"{', '.join(o.value for o in PHASE_OUTCOMES)}")
 
 
 class OutcomeTally:
@@ -22,22 +39,25 @@ class OutcomeTally:
 
     def add(self, nodeid: str, when: str, outcome: str, duration_s: float,
             *, message: str | None = None, wasxfail: bool = False) -> None:
+        # Parsed before anything is counted: an unknown word changes no tally.
+        phase = phase_outcome(outcome)
         tally = self._tests.setdefault(nodeid, _Tally())
         tally.duration_s += duration_s
         if when == "call":
             if wasxfail:
-                tally.outcome = "xfailed" if outcome == "skipped" else "xpassed"
-            elif outcome != "passed":
-                tally.outcome = outcome
-        elif outcome == "failed":
+                tally.outcome = (Outcome.XFAILED if phase is Outcome.SKIPPED
+                                 else Outcome.XPASSED)
+            elif phase is not Outcome.PASSED:
+                tally.outcome = phase
+        elif phase is Outcome.FAILED:
             # A failing fixture is an error in the test's set-up or tear-down, as pytest says.
-            if tally.outcome in ("passed", "xpassed"):
-                tally.outcome = "error"
-        elif outcome == "skipped" and when == "setup":
+            if tally.outcome in (Outcome.PASSED, Outcome.XPASSED):
+                tally.outcome = Outcome.ERROR
+        elif phase is Outcome.SKIPPED and when == "setup":
             # xfail(run=False) and pytest.xfail() in a fixture end in set-up, as pytest
             # counts them: xfailed, not skipped.
-            tally.outcome = "xfailed" if wasxfail else "skipped"
-        if outcome in ("failed", "skipped") and message and tally.message is None:
+            tally.outcome = Outcome.XFAILED if wasxfail else Outcome.SKIPPED
+        if phase in (Outcome.FAILED, Outcome.SKIPPED) and message and tally.message is None:
             tally.message = message
 
     def outcomes(self) -> list[TestOutcome]:

@@ -2,17 +2,25 @@
 
 The plugin writes both at session end. ``environment.properties`` is read by Allure's
 own Java-properties parser, so keys and values are escaped the way
-``java.util.Properties.store`` escapes them. The categories sort failures by cause;
-their regexes are written against the harness's own messages (the modules each category
-names), and ``category_of`` applies them in Python exactly as Allure 3 does
+``java.util.Properties.store`` escapes them.
+
+The categories sort failures by cause, and the causes are the harness's own enums, not a
+second reading of llama.cpp's log: one category per ``FailureClass``
+(harness/verdicts/failure.py decides the class of a failed start, and the supervisor's
+error names it in its first line) and one per failing ``GpuState``
+(harness/verdicts/gpu_use.py; the verdict's reason names the state). Each category's
+name follows from the member's value and its message regex is the pattern the deciding
+module keeps beside the words it writes, so a new member is a new category with nothing
+to edit here. The rest match the harness's own messages: its build errors, the
+infrastructure a run stands on, the plan check and known flakes.
+
+``category_of`` applies the rules in Python exactly as Allure 3 does
 (``@allurereport/core-api`` ``matchCategory``): rules in order, the first that matches
 wins, a regex matches anywhere in the text (JavaScript ``RegExp.test``, Python
 ``re.search``), and a rule with both a message and a trace regex needs both. Allure 3
 files whatever no rule takes under its own "Product errors" (failed) and "Test errors"
-(broken).
-
-The regexes stay in the syntax both engines read alike: no inline flags, no named groups,
-no lookbehind.
+(broken). The regexes stay in the syntax both engines read alike: no inline flags, no
+named groups, no lookbehind.
 """
 
 from __future__ import annotations
@@ -24,7 +32,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.errors import (
+    BuildError,
+    ServerNotReadyError,
+    SourceError,
+    SourceHashMismatchError,
+    ToolMissingError,
+)
+from harness.facts.build import Backend
 from harness.files import atomic_write_bytes
+from harness.verdicts.failure import FailureClass, start_failed_pattern
+from harness.verdicts.gpu_use import FAILING_STATES, GpuState, failed_reason_pattern
 
 ENVIRONMENT_FILE = "environment.properties"
 CATEGORIES_FILE = "categories.json"
@@ -86,17 +104,34 @@ def _any(*patterns: str) -> str:
     return "|".join(patterns)
 
 
-def _suite_assertion(suite_file: str) -> str:
-    # pytest's long report ends each frame with "<path>:<line>: <ExceptionType>"; an
-    # AssertionError raised in the suite file itself is that suite's own check failing.
-    return re.escape(suite_file) + r":\d+: AssertionError"
+def _raised(*errors: type[BaseException]) -> str:
+    # allure-pytest prefixes the message with the exception's (qualified) class name.
+    return r"\b(?:" + "|".join(error.__name__ for error in errors) + r")\b"
 
+
+def start_failure_category(kind: FailureClass) -> Category:
+    """Launches that never served, their last start failing as ``kind``."""
+    return Category(f"Start failure: {kind.value}",
+                    (Matcher(message_regex=start_failed_pattern(kind)),))
+
+
+def gpu_use_category(state: GpuState) -> Category:
+    """Servers whose GPU-use verdict failed on a block in ``state``."""
+    return Category(f"GPU use: {state.value}",
+                    (Matcher(message_regex=failed_reason_pattern(state)),))
+
+
+KNOWN_FLAKE = Category("Known flake", (Matcher(
+    statuses=(SKIPPED,),
+    # harness/recording/flakes_plugin.py makes a listed failure an xfail whose reason
+    # starts "known flake: "; allure-pytest records it as skipped, "XFAIL <reason>".
+    message_regex=r"^XFAIL known flake: "),))
 
 BUILD_FAILURE = Category("Build failure", (Matcher(message_regex=_any(
-    # harness.errors: the build, its source and its tools (allure-pytest prefixes the
-    # message with the exception's qualified name).
-    r"\b(?:BuildError|SourceError|SourceHashMismatchError|ToolMissingError)\b",
-    # harness/plugin.py, when the build or the image under test cannot be had.
+    # harness.errors: the build, its source and its tools.
+    _raised(BuildError, SourceError, SourceHashMismatchError, ToolMissingError),
+    # harness/session.py and harness/plugin.py, when the build or the image under test
+    # cannot be had.
     r"no build under test",
     r"no llama-server image for the container runner",
 )),))
@@ -104,74 +139,23 @@ BUILD_FAILURE = Category("Build failure", (Matcher(message_regex=_any(
 INFRASTRUCTURE = Category("Infrastructure / timeout", (Matcher(message_regex=_any(
     # harness/runners/readiness.py: "llama-server was not ready after 60s: still ...".
     r"was not ready after \d",
-    r"\bServerNotReadyError\b",
-    # harness/verdicts/failure.py's class, as LaunchFailedError quotes it.
-    r"\breadiness-timeout\b",
+    _raised(ServerNotReadyError),
     # pytest-timeout: "Timeout (>600.0s) from pytest-timeout."
     r"Timeout \(>[\d.]+s\) from pytest-timeout",
     r"\btimed out\b",
-    # harness/probes/docker_engine.py and harness/runners/container_runner.py.
+    # harness/probes/docker_engine.py and harness/runners/llama_server_container.py.
     r"no Docker engine answers",
     r"docker could not start a llama-server container",
+    # harness/plugin.py, --harness-require-gpu: the machine lacks the device the run needs.
+    r"this run requires (?:" + "|".join(b.value for b in Backend) + "): ",
 )),))
 
-DRAFTER_FALLBACK = Category("Drafter fallback", (
-    Matcher(message_regex=_any(
-        # llama.cpp's words, quoted by the supervisor (harness/verdicts/failure.py).
-        r"failed to load draft model",
-        r"failed to create MTP context",
-        # harness/verdicts/failure.py FailureClass, by value and by name.
-        r"\bdrafter-load\b",
-        r"\bmtp-context\b",
-        r"\bDRAFTER_LOAD\b",
-        r"\bMTP_CONTEXT\b",
-        # harness/supervise/supervisor.py and harness/planning/drafter.py.
-        r"retried without speculative decoding",
-        r"it broke an earlier start",
-        r"leaving the drafter \S+ out",
-        r"spec type draft-mtp \([^)]*\) dropped",
-    )),
-    Matcher(trace_regex=_suite_assertion("test_drafter_fallback.py")),
-))
 
-OUT_OF_MEMORY = Category("Out of memory / offload", (
-    Matcher(message_regex=_any(
-        r"\bout-of-memory\b",
-        r"\bOUT_OF_MEMORY\b",
-        r"\bout of memory\b",
-        # llama.cpp's allocation failures (harness/verdicts/failure.py lists where).
-        r"cudaMalloc failed",
-        r"unable to allocate \S+ buffer",
-        r"failed to allocate \S+ buffer of size \d+",
-        r"Device memory allocation of size \d+ failed",
-        r"ErrorOutOfDeviceMemory",
-        # harness/supervise/supervisor.py: "... every rung of the offload ladder ...".
-        r"offload ladder",
-    )),
-    Matcher(trace_regex=_suite_assertion("test_offload_ladders.py")),
-))
+def _suite_assertion(suite_file: str) -> str:
+    # pytest's long report ends each frame with "<path>:<line>: <ExceptionType>"; an
+    # AssertionError raised in the suite file itself is that suite's own check failing.
+    return re.escape(suite_file) + r":\d+: AssertionError"
 
-GPU_UNUSED = Category("GPU unused", (
-    Matcher(message_regex=_any(
-        # harness/verdicts/gpu_use.py GpuVerdict.reason: "<role>: <state> — <why>".
-        r"\b(?:target|drafter): (?:init-failed|no-devices|not-loaded|not-offloaded"
-        r"|software-device|no-usable-gpu|undecidable) — ",
-        r"\bGpuState\.(?:INIT_FAILED|NO_DEVICES|NOT_LOADED|NOT_OFFLOADED|SOFTWARE_DEVICE"
-        r"|NO_USABLE_GPU|UNDECIDABLE)\b",
-        # llama.cpp: the GPU backend came up without a device.
-        r"ggml_cuda_init: failed to initialize (?:CUDA|ROCm|MUSA)",
-        # harness/verdicts/failure.py: a CUDA build started without the NVIDIA driver.
-        r"\bdriver-missing\b",
-        r"\bDRIVER_MISSING\b",
-        r"libcuda\.so\.1: cannot open shared object file",
-        r"ggml_vulkan: No devices found",
-        # harness/plugin.py, --harness-require-gpu without the device.
-        r"this run requires (?:cuda|rocm|vulkan|sycl|metal): ",
-        r"--list-devices shows no \S+ device",
-    )),
-    Matcher(trace_regex=_suite_assertion("test_gpu_unused.py")),
-    Matcher(trace_regex=_suite_assertion("test_gpu_unused_images.py")),
-))
 
 PLAN_FORWARDING = Category("Plan-forwarding mismatch", (
     Matcher(message_regex=_any(
@@ -182,20 +166,16 @@ PLAN_FORWARDING = Category("Plan-forwarding mismatch", (
     Matcher(trace_regex=_suite_assertion("test_plan_forwarding.py")),
 ))
 
-KNOWN_FLAKE = Category("Known flake", (Matcher(
-    statuses=(SKIPPED,),
-    # harness/recording/flakes_plugin.py makes a listed failure an xfail whose reason
-    # starts "known flake: "; allure-pytest records it as skipped, "XFAIL <reason>".
-    message_regex=r"^XFAIL known flake: "),))
-
-#: In the order they are tried. Causes that make everything after them moot come first
-#: (no build, no server); the drafter before out-of-memory, as the supervisor classifies a
-#: start (a drafter that does not fit prints the OOM lines too); GPU use after both, since
-#: a failed start's quoted log can carry a GPU backend's complaints; the plan check last.
-#: Known flakes (skipped results only) share no status with the rest; they come first.
-CATEGORIES: tuple[Category, ...] = (KNOWN_FLAKE, BUILD_FAILURE, INFRASTRUCTURE,
-                                    DRAFTER_FALLBACK, OUT_OF_MEMORY, GPU_UNUSED,
-                                    PLAN_FORWARDING)
+#: In the order they are tried. Known flakes (skipped results only) share no status with
+#: the rest. No build makes everything after it moot. A class or state named by the
+#: harness's own words comes before the infrastructure's looser ones ("timed out" can be
+#: in a failed start's quoted log); the plan check, last, names neither.
+CATEGORIES: tuple[Category, ...] = (
+    KNOWN_FLAKE, BUILD_FAILURE,
+    *(start_failure_category(kind) for kind in FailureClass),
+    *(gpu_use_category(state) for state in FAILING_STATES),
+    INFRASTRUCTURE, PLAN_FORWARDING,
+)
 
 
 def categories_json(categories: tuple[Category, ...] = CATEGORIES) -> list[dict[str, Any]]:

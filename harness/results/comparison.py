@@ -25,12 +25,13 @@ from harness.results.model import (
     METRICS,
     FigureKey,
     Hardware,
+    Outcome,
     RunRecord,
     metric_direction,
     metric_unit,
 )
 from harness.results.noise_rule import DEFAULT_NOISE_RULE, Judgement, NoiseRule, judge
-from harness.results.rules import IMPROVED, MISSING_NOW, REGRESSED
+from harness.results.rules import AbVerdict, FigureStatus
 
 
 class HardwareMismatchError(HarnessError):
@@ -52,8 +53,8 @@ class TestChange:
     """A test's outcome in the anchor baseline run and now (None: not in that run)."""
 
     test_id: str
-    before: str | None
-    after: str | None
+    before: Outcome | None
+    after: Outcome | None
     message: str | None = None
 
 
@@ -62,12 +63,12 @@ class FigureResult:
     key: FigureKey
     metric: str
     unit: str
-    #: None when the figure is only in the baseline (status "missing now").
+    #: None when the figure is only in the baseline (status ``FigureStatus.MISSING_NOW``).
     current: float | None
     judgement: Judgement
 
     @property
-    def status(self) -> str:
+    def status(self) -> FigureStatus:
         return self.judgement.status
 
     @property
@@ -90,16 +91,16 @@ class Comparison:
     #: The current run's A/B result (RunRecord.ab), or None.
     ab: dict[str, Any] | None = None
 
-    def figures_with(self, status: str) -> list[FigureResult]:
+    def figures_with(self, status: FigureStatus) -> list[FigureResult]:
         return [r for r in self.figure_results if r.status == status]
 
     @property
     def regressions(self) -> list[FigureResult]:
-        return self.figures_with(REGRESSED)
+        return self.figures_with(FigureStatus.REGRESSED)
 
     @property
     def improvements(self) -> list[FigureResult]:
-        return self.figures_with(IMPROVED)
+        return self.figures_with(FigureStatus.IMPROVED)
 
     @property
     def ab_metrics(self) -> list[tuple[str, dict[str, Any]]]:
@@ -112,7 +113,7 @@ class Comparison:
     @property
     def ab_regressions(self) -> list[str]:
         """Metrics the current run's A/B result calls regressed, in METRICS order."""
-        return [name for name, m in self.ab_metrics if m["verdict"] == REGRESSED]
+        return [name for name, m in self.ab_metrics if m["verdict"] == AbVerdict.REGRESSED]
 
     @property
     def regressed(self) -> bool:
@@ -129,7 +130,7 @@ class Comparison:
         return comparison_markdown(self)
 
 
-def _outcomes(run: RunRecord) -> dict[str, tuple[str, str | None]]:
+def _outcomes(run: RunRecord) -> dict[str, tuple[Outcome, str | None]]:
     # A test reported twice (a rerun) counts by its last report, as pytest's summary does.
     return {o.test_id: (o.outcome, o.message) for o in run.outcomes}
 
@@ -198,7 +199,7 @@ def compare_figures(baseline: Sequence[RunRecord], current: RunRecord,
         mean = statistics.fmean(history)
         stdev = statistics.stdev(history) if len(history) >= 2 else None
         results.append(FigureResult(key, metric, metric_unit(metric), None,
-                                    Judgement(MISSING_NOW, len(history), mean, stdev,
+                                    Judgement(FigureStatus.MISSING_NOW, len(history), mean, stdev,
                                               None, None)))
     return tuple(sorted(results, key=lambda r: (r.label, r.metric)))
 

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from harness.results.model import metric_unit
-from harness.results.rules import IMPROVED, MISSING_NOW, NO_BASELINE, REGRESSED, UNCHANGED
+from harness.results.model import Outcome, metric_unit
+from harness.results.rules import AbVerdict, FigureStatus
 
 if TYPE_CHECKING:
     # Types only: comparison.py imports this module to render itself.
@@ -41,15 +41,19 @@ def _finite_or_text(value: float | None) -> float | str | None:
 
 
 def _change_json(change: TestChange) -> dict[str, Any]:
-    return {"test_id": change.test_id, "before": change.before, "after": change.after,
-            "message": change.message}
+    return {"test_id": change.test_id, "before": _value(change.before),
+            "after": _value(change.after), "message": change.message}
+
+
+def _value(outcome: Outcome | None) -> str | None:
+    return None if outcome is None else outcome.value
 
 
 def _figure_json(result: FigureResult) -> dict[str, Any]:
     j = result.judgement
     return {
         "key": asdict(result.key), "label": result.label, "metric": result.metric,
-        "unit": result.unit, "status": result.status, "baseline_runs": j.n,
+        "unit": result.unit, "status": result.status.value, "baseline_runs": j.n,
         "baseline_mean": j.mean, "baseline_stdev": j.stdev, "current": result.current,
         "change": _finite_or_text(j.change),
         "change_percent": _finite_or_text(None if j.change is None else j.change * 100),
@@ -59,7 +63,6 @@ def _figure_json(result: FigureResult) -> dict[str, Any]:
 
 def comparison_json(c: Comparison) -> dict[str, Any]:
     """JSON-ready form; non-finite numbers (a z over a flat baseline) as "inf"."""
-    statuses = (REGRESSED, IMPROVED, UNCHANGED, NO_BASELINE, MISSING_NOW)
     return {
         "regressed": c.regressed,
         "verdict": "regressed" if c.regressed else "ok",
@@ -71,7 +74,8 @@ def comparison_json(c: Comparison) -> dict[str, Any]:
         "tests": {name: [_change_json(t) for t in getattr(c, name)]
                   for name, _ in _TEST_CATEGORIES},
         "figures": [_figure_json(r) for r in c.figure_results],
-        "figure_counts": {s: len(c.figures_with(s)) for s in statuses},
+        # Every status, zeros too, in FigureStatus's order.
+        "figure_counts": {s.value: len(c.figures_with(s)) for s in FigureStatus},
         # As the run record holds it (every number finite, the schema saw to that).
         "ab": c.ab,
     }
@@ -165,7 +169,7 @@ def _ab_section(c: Comparison, ab: dict[str, Any]) -> list[str]:
         unit = f" ({metric_unit(name)})" if metric_unit(name) else ""
         interval = ("—" if m["ci_low"] is None or m["ci_high"] is None
                     else f"[{_ratio(m['ci_low'])}, {_ratio(m['ci_high'])}]")
-        verdict = f"**{m['verdict']}**" if m["verdict"] == REGRESSED else m["verdict"]
+        verdict = f"**{m['verdict']}**" if m["verdict"] == AbVerdict.REGRESSED else m["verdict"]
         lines.append(f"| {name}{unit} | {_ratio(m['ratio'])} | {interval} | {m['pairs']} | "
                      f"{verdict} |")
     changes: list[dict[str, str]] = ab["counter_changes"]
@@ -198,15 +202,17 @@ def comparison_markdown(c: Comparison) -> str:
         changes: tuple[TestChange, ...] = getattr(c, name)
         if changes:
             lines += ["", f"### {title} ({len(changes)})", "", *_test_table(changes)]
-    for status, title in ((REGRESSED, "Figure regressions"), (IMPROVED, "Figure improvements")):
+    for status, title in ((FigureStatus.REGRESSED, "Figure regressions"),
+                          (FigureStatus.IMPROVED, "Figure improvements")):
         found = c.figures_with(status)
         if found:
             lines += ["", f"### {title} ({len(found)})", "", *_figure_table(found)]
-    counts = [f"{len(c.figures_with(UNCHANGED))} unchanged",
-              f"{len(c.figures_with(NO_BASELINE))} without a baseline "
+    counts = [f"{len(c.figures_with(FigureStatus.UNCHANGED))} unchanged",
+              f"{len(c.figures_with(FigureStatus.NO_BASELINE))} without a baseline "
               f"(fewer than {rule.min_runs} baseline runs)"]
-    if c.figures_with(MISSING_NOW):
-        counts.append(f"{len(c.figures_with(MISSING_NOW))} in the baseline but missing now")
+    missing = c.figures_with(FigureStatus.MISSING_NOW)
+    if missing:
+        counts.append(f"{len(missing)} in the baseline but missing now")
     lines += ["", f"Figures: {', '.join(counts)}."]
     if c.ab is not None:
         lines += _ab_section(c, c.ab)

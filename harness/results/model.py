@@ -142,16 +142,33 @@ class Figure:
     value: float
 
 
+class Outcome(enum.StrEnum):
+    """How one test ended: pytest's words, as its terminal summary counts them.
+
+    ``passed``, ``failed`` and ``skipped`` are a ``TestReport.outcome``; ``error`` (a
+    failing set-up or tear-down), ``xfailed`` and ``xpassed`` are the summary's names for
+    the reports it tells apart (harness/recording/outcomes.py folds a test's reports into
+    one). Stored in run.json, whose schema's enum is built from this class; a known flake
+    is ``xfailed`` (harness/recording/flakes_plugin.py).
+    """
+
+    PASSED = "passed"
+    FAILED = "failed"
+    ERROR = "error"
+    SKIPPED = "skipped"
+    XFAILED = "xfailed"
+    XPASSED = "xpassed"
+
+
 @dataclass(frozen=True)
 class TestOutcome:
     test_id: str
-    #: passed, failed, error, skipped, xfailed or xpassed.
-    outcome: str
+    outcome: Outcome
     duration_s: float = 0.0
     message: str | None = None
 
 
-FAILING_OUTCOMES = frozenset({"failed", "error"})
+FAILING_OUTCOMES = frozenset({Outcome.FAILED, Outcome.ERROR})
 
 
 @dataclass(frozen=True)
@@ -175,6 +192,11 @@ class RunRecord:
 
     def to_json(self) -> dict[str, Any]:
         body = asdict(self)
+        # Plain text, not the enum: the schema's quick check (schema_quick_check.py) takes
+        # JSON's exact types, and a subclass would send every check the slow way.
+        # (What is not an Outcome is left for check_run to name.)
+        body["outcomes"] = tuple({**o, "outcome": _plain(o["outcome"])}
+                                 for o in body["outcomes"])
         # Left out rather than null: a run without an A/B result keeps the run.json it
         # had before the field existed, byte for byte.
         if self.ab is None:
@@ -192,3 +214,8 @@ class RunRecord:
         from harness.results.run_validation import run_from_json  # noqa: PLC0415
 
         return run_from_json(body, source="run.json")
+
+
+def _plain(value: object) -> object:
+    """An enum member's value (an exact str for a StrEnum); anything else as it is."""
+    return value.value if isinstance(value, enum.Enum) else value

@@ -15,15 +15,7 @@ from dataclasses import dataclass
 
 from harness.errors import ConfigError
 from harness.results.model import Direction
-from harness.results.rules import (
-    IMPROVED,
-    NO_BASELINE,
-    NOISE_MIN_RUNS,
-    NOISE_THRESHOLD,
-    NOISE_Z,
-    REGRESSED,
-    UNCHANGED,
-)
+from harness.results.rules import NOISE_MIN_RUNS, NOISE_THRESHOLD, NOISE_Z, FigureStatus
 
 
 @dataclass(frozen=True)
@@ -58,7 +50,7 @@ DEFAULT_NOISE_RULE = NoiseRule()
 class Judgement:
     """The verdict on one figure and the numbers behind it."""
 
-    status: str
+    status: FigureStatus
     n: int
     mean: float | None
     stdev: float | None
@@ -79,7 +71,7 @@ def judge(baseline_values: Sequence[float], current: float, direction: Direction
     mean = statistics.fmean(baseline_values) if n else None
     stdev = statistics.stdev(baseline_values) if n >= 2 else None
     if n < rule.min_runs or mean is None or stdev is None:
-        return Judgement(NO_BASELINE, n, mean, stdev, None, None)
+        return Judgement(FigureStatus.NO_BASELINE, n, mean, stdev, None, None)
     if mean != 0:
         change = (current - mean) / mean
     else:
@@ -88,10 +80,10 @@ def judge(baseline_values: Sequence[float], current: float, direction: Direction
     # A baseline that never varied makes any difference infinitely many stdevs away.
     z = spread / stdev if stdev > 0 else (math.inf if spread else 0.0)
     worsening = change if direction is Direction.LOWER_IS_BETTER else -change
-    status = UNCHANGED
+    status = FigureStatus.UNCHANGED
     if z > rule.z and spread >= min_change:
         if worsening > rule.threshold:
-            status = REGRESSED
+            status = FigureStatus.REGRESSED
         elif -worsening > rule.threshold:
-            status = IMPROVED
+            status = FigureStatus.IMPROVED
     return Judgement(status, n, mean, stdev, change, z)

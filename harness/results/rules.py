@@ -1,4 +1,4 @@
-"""The gate's rules' defaults and verdict words, in one place (pure constants).
+"""The gate's rules' defaults and verdict words, in one place (pure constants and enums).
 
 Two rules decide whether a build got slower. The history rule
 (:class:`harness.results.noise_rule.NoiseRule`) holds one run's figures against earlier
@@ -12,16 +12,39 @@ from here.
 
 from __future__ import annotations
 
-# Verdicts, shared by both rules.
-REGRESSED = "regressed"
-IMPROVED = "improved"
-UNCHANGED = "unchanged"
-#: A/B only: the budget ran out before the interval cleared the threshold band.
-UNKNOWN = "unknown"
-#: History only: fewer than the rule's min_runs baseline values, so not judged.
-NO_BASELINE = "no baseline"
-#: History only: the figure is in the baseline runs but not in the run now.
-MISSING_NOW = "missing now"
+import enum
+
+
+class FigureStatus(enum.StrEnum):
+    """The history rule's word for one figure (our own design).
+
+    They are what ``harness compare --json`` and the service's ``/api/compare`` write as a
+    figure's ``status`` and as the keys of ``figure_counts``, in this order.
+    """
+
+    REGRESSED = "regressed"
+    IMPROVED = "improved"
+    UNCHANGED = "unchanged"
+    #: Fewer than the rule's min_runs baseline values, so not judged.
+    NO_BASELINE = "no baseline"
+    #: The figure is in the baseline runs but not in the run now.
+    MISSING_NOW = "missing now"
+
+
+class AbVerdict(enum.StrEnum):
+    """The A/B rule's word for one metric (our own design).
+
+    Stored as each metric's ``verdict`` in run.json's ``ab`` object (the run schema's enum
+    is built from this class, in this order), so a value, once written, is kept. The first
+    three are the history rule's words for the same outcome.
+    """
+
+    REGRESSED = "regressed"
+    UNCHANGED = "unchanged"
+    IMPROVED = "improved"
+    #: The budget ran out before the interval cleared the threshold band.
+    UNKNOWN = "unknown"
+
 
 # The history rule: beyond 5 % AND 3 stdevs of at least 3 baseline runs, out of the 5
 # runs of the baseline window (the named run and those before it).

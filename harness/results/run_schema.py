@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from harness.results.model import METRICS, RUN_SCHEMA_VERSION
+from harness.results.model import METRICS, RUN_SCHEMA_VERSION, Outcome
+from harness.results.rules import AbVerdict
 
 #: The largest ``run.json`` read: a suite of 10 000 tests writes a few MB.
 MAX_DOCUMENT_BYTES = 64 * 1024 * 1024
@@ -49,11 +50,13 @@ _MAX_INT32 = 2**31 - 1
 _MAX_DURATION_S = 1e7
 _MAX_FIGURE = 1e15
 
-#: harness/ab's words, copied rather than imported (harness/ab builds on this package):
-#: the designs of harness/ab/design.py's DESIGNS, the verdicts of harness/ab/decision.py.
-#: tests/test_run_schema.py holds them equal.
+#: The designs of harness/ab/design.py's DESIGNS, copied rather than imported (harness/ab
+#: builds on this package); tests/test_run_schema.py holds them equal.
 AB_DESIGNS = ("interleaved", "duet")
-AB_VERDICTS = ("regressed", "unchanged", "improved", "unknown")
+#: The A/B rule's verdicts, from their enum (harness/results/rules.py).
+AB_VERDICTS = tuple(verdict.value for verdict in AbVerdict)
+#: What a test's outcome may be, from the enum harness/recording/outcomes.py writes.
+OUTCOMES = tuple(outcome.value for outcome in Outcome)
 #: harness ab's --threshold goes up to 0.5 (a 50 % change).
 _MAX_AB_THRESHOLD = 0.5
 #: Counters that changed between two builds: a few dozen in practice (one per buffer
@@ -134,9 +137,7 @@ RUN_SCHEMA: dict[str, Any] = {
             "outcomes": {"type": "array", "maxItems": _MAX_ITEMS, "items": _object(
                 ["test_id", "outcome"], {
                     "test_id": _text(_TEST_ID_CHARS),
-                    # harness/recording/outcomes.py's OutcomeTally writes these.
-                    "outcome": {"enum": ["passed", "failed", "error", "skipped",
-                                         "xfailed", "xpassed"]},
+                    "outcome": {"enum": list(OUTCOMES)},
                     "duration_s": {"type": "number", "minimum": 0,
                                    "maximum": _MAX_DURATION_S},
                     "message": _text(_MESSAGE_CHARS, nullable=True),

@@ -24,6 +24,7 @@ from harness.results.model import (
     Figure,
     FigureKey,
     Hardware,
+    Outcome,
     RunRecord,
     TestOutcome,
 )
@@ -103,7 +104,7 @@ def _build(body: Mapping[str, Any]) -> RunRecord:
         started_at=body["started_at"], finished_at=body["finished_at"],
         hardware=Hardware(**body["hardware"]), build=BuildRef(**body["build"]),
         harness_version=body["harness_version"],
-        outcomes=tuple(TestOutcome(test_id=o["test_id"], outcome=o["outcome"],
+        outcomes=tuple(TestOutcome(test_id=o["test_id"], outcome=Outcome(o["outcome"]),
                                    duration_s=float(o.get("duration_s", 0.0)),
                                    message=o.get("message"))
                        for o in body.get("outcomes", ())),

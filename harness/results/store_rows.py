@@ -63,7 +63,7 @@ def run_row(run: RunRecord) -> dict[str, Any]:
 
 def outcome_row(run_id: str, position: int, outcome: TestOutcome) -> dict[str, Any]:
     return {"run_id": run_id, "position": position, "test_id": outcome.test_id,
-            "outcome": outcome.outcome, "duration_s": outcome.duration_s,
+            "outcome": outcome.outcome.value, "duration_s": outcome.duration_s,
             "message": outcome.message}
 
 

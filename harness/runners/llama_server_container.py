@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import signal
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -71,10 +70,9 @@ def status_from_docker(status: int) -> int:
 
 def _disable_ryuk() -> None:
     # testcontainers' reaper (Ryuk) is an image pulled from Docker Hub, which these
-    # engines cannot reach; the harness reaps its own containers by label instead. Set
-    # before the first container starts: the config reads the variable lazily, and the
-    # attribute wins even where the variable was read already.
-    os.environ["TESTCONTAINERS_RYUK_DISABLED"] = "true"
+    # engines cannot reach; the harness reaps its own containers by label instead. The
+    # config's attribute wins over TESTCONTAINERS_RYUK_DISABLED whenever it was read, so
+    # this process's environment is left as it was (a child of a test sees what it set).
     testcontainers_config.ryuk_disabled = True
 
 

@@ -7,16 +7,14 @@ from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
-from harness.results.model import FigureKey, RunRecord
-
-#: Every outcome the plugin records, so a count of zero is shown rather than left out.
-KNOWN_OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+from harness.results.model import FigureKey, Outcome, RunRecord
 
 
 def outcome_counts(run: RunRecord) -> dict[str, int]:
+    # Every Outcome, so a count of zero is shown rather than left out (a record holds no
+    # other: the schema refuses any other word).
     counts = Counter(o.outcome for o in run.outcomes)
-    found = {name: counts.get(name, 0) for name in KNOWN_OUTCOMES}
-    found.update({name: n for name, n in sorted(counts.items()) if name not in found})
+    found = {outcome.value: counts.get(outcome, 0) for outcome in Outcome}
     found["total"] = len(run.outcomes)
     return found
 

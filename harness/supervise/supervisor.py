@@ -20,6 +20,7 @@ error when no start served, so a report can always show the whole story.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -35,7 +36,13 @@ from harness.planning.retry import apply_rung, starting_rung, without_drafter
 from harness.runners.base import RunningServer, ServerRunner
 from harness.runners.observe import notify_planned, notify_supervised
 from harness.runners.readiness import wait_until_ready
-from harness.verdicts.failure import FIXES, FailureClass, StartFailure, classify_start_failure
+from harness.verdicts.failure import (
+    FIXES,
+    FailureClass,
+    StartFailure,
+    classify_start_failure,
+    start_failed_headline,
+)
 
 #: How much of an attempt's log is kept in its record (the tail; a tiny-model start log
 #: is tens of KiB, and at ``-lv 5`` a few hundred at most).
@@ -43,9 +50,19 @@ LOG_KEEP_CHARS = 512 * 1024
 #: A bound on starts per launch. The ladder is finite and the drafter goes at most once,
 #: so this only guards against a runner that misbehaves.
 DEFAULT_MAX_ATTEMPTS = 32
-#: The actions that end a launch; a retry's action says what it changed.
-SERVED = "served"
-GAVE_UP = "gave up"
+
+
+class AttemptOutcome(enum.StrEnum):
+    """How one start ended, for the supervisor (our own design).
+
+    ``served`` and ``gave up`` end a launch and are the first words of the attempt's
+    ``action`` (what the report's attempts attachment and LaunchFailedError show);
+    ``retried`` is followed by another start, and its action says what it changed.
+    """
+
+    SERVED = "served"
+    RETRIED = "retried"
+    GAVE_UP = "gave up"
 
 
 S = TypeVar("S", bound=RunningServer)
@@ -63,10 +80,12 @@ class Attempt:
     log_text: str
     #: None when this start served.
     failure: StartFailure | None
-    #: ``served``, or the retry taken, or why the supervisor gave up.
+    #: ``served``, or the retry taken, or ``gave up: <why>``.
     action: str
     #: The offload-ladder rung this start ran on.
     rung: Rung
+    #: How the start ended; ``action`` says it in words.
+    outcome: AttemptOutcome
 
 
 @dataclass(frozen=True)
@@ -134,7 +153,7 @@ class LaunchSupervisor(Generic[S]):
             server, failure = self._start(spec)
             record = _AttemptRecord(len(attempts) + 1, spec, server, failure, rung)
             if failure is None:
-                attempts.append(record.done(SERVED))
+                attempts.append(record.done(AttemptOutcome.SERVED))
                 notify_supervised(attempts, notes)
                 return SupervisedLaunch(server, tuple(attempts), tuple(notes))
             step = self._recovery(spec, rung, failure, [a.rung for a in attempts] + [rung])
@@ -142,10 +161,10 @@ class LaunchSupervisor(Generic[S]):
                 step = (f"{record.number} starts failed and the supervisor gives up after "
                         f"{self._max_attempts}")
             if isinstance(step, str):
-                attempts.append(record.done(f"{GAVE_UP}: {step}"))
+                attempts.append(record.done(AttemptOutcome.GAVE_UP, step))
                 notify_supervised(attempts, notes)
                 raise LaunchFailedError(failure, tuple(attempts), step)
-            attempts.append(record.done(step.action))
+            attempts.append(record.done(AttemptOutcome.RETRIED, step.action))
             spec, rung = step.spec, step.rung
 
     def _start(self, spec: LaunchSpec) -> tuple[S, StartFailure | None]:
@@ -208,10 +227,17 @@ class _AttemptRecord:
     failure: StartFailure | None
     rung: Rung
 
-    def done(self, action: str) -> Attempt:
+    def done(self, outcome: AttemptOutcome, detail: str = "") -> Attempt:
+        """The attempt, ended by ``outcome``; ``detail``: the retry taken, or why not."""
+        if outcome is AttemptOutcome.GAVE_UP:
+            action = f"{outcome.value}: {detail}"
+        elif outcome is AttemptOutcome.RETRIED:
+            action = detail
+        else:
+            action = outcome.value
         return Attempt(self.number, self.spec, tuple(self.server.argv), self.server.log_path,
                        self.server.log_text()[-LOG_KEEP_CHARS:], self.failure, action,
-                       self.rung)
+                       self.rung, outcome)
 
 
 def _drafter_key(spec: LaunchSpec) -> str | None:
@@ -239,12 +265,12 @@ def _unique(rungs: list[Rung]) -> list[Rung]:
 
 
 def _failure_message(failure: StartFailure, attempts: tuple[Attempt, ...], reason: str) -> str:
-    lines = [f"llama-server did not start after {len(attempts)} attempt(s): {failure}",
-             f"why no further retry: {reason}"]
+    lines = [start_failed_headline(len(attempts), failure), f"why no further retry: {reason}"]
     for attempt in attempts:
-        outcome = str(attempt.failure) if attempt.failure else SERVED
+        outcome = str(attempt.failure) if attempt.failure else attempt.outcome.value
         # The last attempt's action repeats the reason printed above.
-        then = GAVE_UP if attempt.action.startswith(GAVE_UP) else attempt.action
+        then = (attempt.outcome.value if attempt.outcome is AttemptOutcome.GAVE_UP
+                else attempt.action)
         lines += [f"  attempt {attempt.number} ({attempt.rung.label}): {outcome}",
                   f"    then: {then}",
                   f"    argv: {' '.join(attempt.argv)}",

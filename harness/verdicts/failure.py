@@ -75,6 +75,29 @@ class StartFailure:
         return f"{self.kind.value}: {self.evidence}"
 
 
+# How the harness's own error names the class of a launch that never served. The report's
+# categories (harness/report/allure_meta.py) find the class by the pattern below, so the
+# words and their pattern are kept together here.
+_HEADLINE_HEAD = "llama-server did not start after "
+_HEADLINE_TAIL = " attempt(s): "
+
+
+def start_failed_headline(attempts: int, failure: StartFailure) -> str:
+    """The first line of the supervisor's error: ``llama-server did not start after 2
+    attempt(s): out-of-memory: <evidence>`` (the last start's class and evidence)."""
+    return f"{_HEADLINE_HEAD}{attempts}{_HEADLINE_TAIL}{failure}"
+
+
+def start_failed_pattern(kind: FailureClass) -> str:
+    """A regex that finds :func:`start_failed_headline` naming ``kind``, anywhere in a text.
+
+    ``re.escape``'s escapes are ones JavaScript's ``RegExp`` (Allure's, no flags) reads
+    alike, so Allure and :func:`harness.report.allure_meta.category_of` agree.
+    """
+    return (re.escape(_HEADLINE_HEAD) + r"\d+" + re.escape(_HEADLINE_TAIL)
+            + re.escape(f"{kind.value}: "))
+
+
 @dataclass(frozen=True)
 class _Rule:
     kind: FailureClass

@@ -342,6 +342,27 @@ def _cpu_build_block(block: BlockReport) -> BlockGpuUse:
 # --- the verdict ---------------------------------------------------------------------------
 
 _PASSING = frozenset({GpuState.USED, GpuState.NO_GPU_EXPECTED})
+#: The states a verdict can fail on, in GpuState's order (``software-device`` passes only
+#: where it is allowed).
+FAILING_STATES: tuple[GpuState, ...] = tuple(s for s in GpuState if s not in _PASSING)
+# The verdict's reason for a failed block: "<role>: <state> — <explanation>". The report's
+# categories (harness/report/allure_meta.py) find the state by the pattern below.
+_REASON_SEPARATOR = " — "
+
+
+def failed_reason(block: BlockGpuUse) -> str:
+    """Why ``block`` fails the verdict, naming its role and state first."""
+    return f"{block.role.value}: {block.state.value}{_REASON_SEPARATOR}{block.explanation}"
+
+
+def failed_reason_pattern(state: GpuState) -> str:
+    """A regex that finds :func:`failed_reason` naming ``state`` (for any role), anywhere.
+
+    ``re.escape``'s escapes are ones JavaScript's ``RegExp`` (Allure's, no flags) reads
+    alike, so Allure and :func:`harness.report.allure_meta.category_of` agree.
+    """
+    roles = "|".join(re.escape(role.value) for role in BlockRole)
+    return rf"\b(?:{roles}): " + re.escape(state.value + _REASON_SEPARATOR)
 
 
 def gpu_verdict(log: str, expected_backend: str | None, *,
@@ -368,7 +389,7 @@ def gpu_verdict(log: str, expected_backend: str | None, *,
     passing = _PASSING | ({GpuState.SOFTWARE_DEVICE} if allow_software_device else set())
     failed = next((block for block in judged if block.state not in passing), None)
     if failed is not None:
-        reason = f"{failed.role.value}: {failed.state.value} — {failed.explanation}"
+        reason = failed_reason(failed)
     else:
         reason = "; ".join(block.explanation for block in judged)
     return GpuVerdict(expected, judged, failed is None, reason, tuple(warnings))
