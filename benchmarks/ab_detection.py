@@ -45,7 +45,7 @@ from harness.perf.keys import DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS, DEFAULT
 from harness.perf.measure import measure_speed
 from harness.planning.build_plan import BuildRequest
 from harness.planning.launch import LaunchSpec
-from harness.results.model import METRICS
+from harness.results.run_record import METRICS
 from harness.runners.subprocess_runner import SubprocessRunner
 
 TARGET_FALSE_ALARMS = 0.01

@@ -29,9 +29,9 @@ from harness.perf.keys import DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS, DEFAULT
 from harness.perf.measure import measure_speed
 from harness.planning.build_plan import BuildRequest
 from harness.planning.launch import LaunchSpec
-from harness.results.model import Direction
 from harness.results.noise_rule import NoiseRule, judge
 from harness.results.rules import FigureStatus
+from harness.results.run_record import Direction
 from harness.runners.subprocess_runner import SubprocessRunner
 
 SWEEP_CVS = (0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.08)

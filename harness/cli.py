@@ -36,7 +36,7 @@ from harness.report.report_cli import default_history_path, report_command
 from harness.repro_cli import repro_command
 from harness.results.compare_cli import compare_command
 from harness.results.store_cli import store_command, store_run
-from harness.service.cli import serve_command, upload_command
+from harness.service.service_cli import serve_command, upload_command
 
 console = Console(stderr=True)
 

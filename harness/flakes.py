@@ -22,7 +22,7 @@ import yaml
 
 from harness.data_schema import check, schema_file
 from harness.errors import ConfigError
-from harness.results.model import Hardware
+from harness.results.run_record import Hardware
 
 FIELDS = ("test", "hardware", "reason", "tracking", "expires")
 ANY_HARDWARE = "any"

@@ -21,7 +21,7 @@ from harness.builds.resolve import pinned_cpu_build
 from harness.facts.build import BuildInfo, Capabilities
 from harness.facts.gpu import GpuInfo
 from harness.paths import cache_root
-from harness.planning.plan import LaunchPlan, PlanRequest, plan_launch
+from harness.planning.launch_plan import LaunchPlan, PlanRequest, plan_launch
 from harness.probes.bundles import load_bundle
 from harness.probes.gguf_facts import read_model_facts
 from harness.probes.gpu_configs import load_fork_kv_types, load_gpu_configs

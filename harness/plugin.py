@@ -28,7 +28,7 @@ from harness.paths import cache_root
 from harness.planning.build_plan import BuildRequest
 from harness.planning.container_gpu import plan_gpu_access
 from harness.planning.launch import LaunchSpec
-from harness.planning.plan import LaunchPlan, PlanRequest, plan_launch
+from harness.planning.launch_plan import LaunchPlan, PlanRequest, plan_launch
 from harness.planning.routing import InferenceBackend
 from harness.probes.bundles import load_bundle
 from harness.probes.devices import Device

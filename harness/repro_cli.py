@@ -32,11 +32,6 @@ from harness.planning.container_plan import SERVER_PATH_IN_IMAGE
 from harness.probes.devices import list_devices
 from harness.probes.hardware import detect_hardware
 from harness.recording.run_file import current_commit
-from harness.repro.build import (
-    RecordedBuild,
-    ensure_recorded_build,
-    recorded_image,
-)
 from harness.repro.command import (
     LocalCommand,
     docker_command,
@@ -44,9 +39,14 @@ from harness.repro.command import (
     for_external,
     local_command,
 )
-from harness.repro.failure import RecordedFailure, load_result_file
 from harness.repro.fetch import fetch_failure
 from harness.repro.properties import ROOTDIR, format_gpu_spec, recorded_planner_gpu
+from harness.repro.recorded_build import (
+    RecordedBuild,
+    ensure_recorded_build,
+    recorded_image,
+)
+from harness.repro.recorded_failure import RecordedFailure, load_result_file
 from harness.repro.rerun import (
     Rerun,
     read_outcome,

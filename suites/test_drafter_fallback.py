@@ -19,10 +19,10 @@ from harness.builds.under_test import BuildUnderTest
 from harness.client import Completion, ServerClient
 from harness.facts.build import Capabilities
 from harness.facts.gpu import GpuInfo
-from harness.facts.model import ModelFacts
+from harness.facts.model_facts import ModelFacts
 from harness.planning.drafter import DRAFT_MTP, BrokenDrafters
 from harness.planning.kv import kv_bytes_per_token, layout_from_facts
-from harness.planning.plan import LaunchPlan, PlanRequest, plan_launch
+from harness.planning.launch_plan import LaunchPlan, PlanRequest, plan_launch
 from harness.planning.retry import without_drafter
 from harness.plugin import PlanFor
 from harness.probes.bundles import load_bundle

@@ -21,8 +21,8 @@ from harness.builds.under_test import BuildUnderTest
 from harness.client import ServerClient
 from harness.facts.build import Backend
 from harness.facts.gpu import GpuInfo
-from harness.facts.model import ModelFacts
-from harness.planning.plan import LaunchPlan
+from harness.facts.model_facts import ModelFacts
+from harness.planning.launch_plan import LaunchPlan
 from harness.plugin import LaunchPlanned, PlanFor
 from harness.probes.devices import Device
 from harness.probes.gguf_facts import read_model_facts

@@ -31,18 +31,18 @@ from harness.client import ServerClient
 from harness.errors import ServerExitedError
 from harness.facts.build import Backend, Capabilities
 from harness.facts.gpu import GpuInfo
-from harness.facts.model import LayerBytes, ModelFacts
+from harness.facts.model_facts import LayerBytes, ModelFacts
 from harness.planning.drafter import BrokenDrafters
 from harness.planning.kv import kv_bytes_per_token, layout_from_facts
 from harness.planning.ladder import Rung, Step, ladder_for, next_rung
 from harness.planning.launch import LaunchSpec
+from harness.planning.launch_plan import LaunchPlan, PlanRequest, plan_launch
 from harness.planning.offload import (
     COMPUTE_RESERVE_BYTES,
     DEFAULT_MARGIN_BYTES,
     OffloadKind,
     all_layers,
 )
-from harness.planning.plan import LaunchPlan, PlanRequest, plan_launch
 from harness.planning.retry import starting_rung
 from harness.probes.devices import Device
 from harness.probes.gguf_facts import read_model_facts

@@ -31,7 +31,7 @@ from harness.builds.under_test import BuildUnderTest
 from harness.client import ServerClient
 from harness.facts.gpu import GpuInfo
 from harness.planning.kv import AUTO_PARALLEL
-from harness.planning.plan import LaunchPlan
+from harness.planning.launch_plan import LaunchPlan
 from harness.plugin import LaunchPlanned, PlanFor
 from harness.probes.gpu_configs import load_gpu_configs
 from harness.verdicts.kv_log import check_kv_plan

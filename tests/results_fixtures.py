@@ -28,7 +28,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from harness.required import skip_unless_present
-from harness.results.model import (
+from harness.results.run_record import (
     BuildRef,
     Figure,
     FigureKey,

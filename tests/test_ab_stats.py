@@ -37,7 +37,7 @@ from harness.ab.stats import (
 )
 from harness.errors import ConfigError, HarnessError
 from harness.results import rules
-from harness.results.model import METRICS, Direction
+from harness.results.run_record import METRICS, Direction
 
 HIGHER = Direction.HIGHER_IS_BETTER
 LOWER = Direction.LOWER_IS_BETTER

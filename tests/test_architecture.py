@@ -132,3 +132,18 @@ def test_every_long_module_says_why_it_stays_whole() -> None:
     assert not found, (
         f"over {MAX_LINES} lines: split each by job, or say in its docstring why it "
         f"{WHOLE}: " + ", ".join(found))
+
+
+#: Names two packages share on purpose: one subject seen as facts (the values) and as a
+#: probe (gathering them), or as a plan (pure) and as the build that carries it out.
+SHARED_NAMES = {"cuda_toolkit.py": {"facts", "probes"}, "base_image.py": {"planning", "builds"}}
+
+
+def test_module_names_do_not_repeat_across_packages() -> None:
+    homes: dict[str, set[str]] = {}
+    for path in HARNESS.rglob("*.py"):
+        if path.name != "__init__.py":
+            homes.setdefault(path.name, set()).add(path.parent.name)
+    repeated = {name: sorted(where) for name, where in homes.items()
+                if len(where) > 1 and SHARED_NAMES.get(name) != where}
+    assert not repeated, f"module names in more than one package: {repeated}"

@@ -27,7 +27,7 @@ from harness.facts.build import Backend, Capabilities
 from harness.facts.gpu import GpuInfo
 from harness.files import sha256_file
 from harness.paths import REPO_ROOT
-from harness.planning.plan import PlanRequest, plan_launch
+from harness.planning.launch_plan import PlanRequest, plan_launch
 from harness.probes.devices import infer_backend, parse_device_list
 from harness.probes.gguf_facts import read_model_facts
 from harness.probes.gpu_configs import load_fork_kv_types, load_gpu_configs

@@ -14,9 +14,9 @@ from results_fixtures import CPU_BOX, GPU_BOX, at, fig, figure_key, make_run, ou
 from harness.errors import ConfigError, HarnessError
 from harness.results.baseline_selection import select_baseline
 from harness.results.comparison import Comparison, FigureResult, HardwareMismatchError, compare
-from harness.results.model import METRICS, Direction, Figure, FigureKey, Hardware, RunRecord
 from harness.results.noise_rule import NoiseRule, judge
 from harness.results.rules import FigureStatus
+from harness.results.run_record import METRICS, Direction, Figure, FigureKey, Hardware, RunRecord
 from harness.results.store import ResultsStore
 
 # Shared fixtures (tests/ has no conftest.py): each store test runs on SQLite and PostgreSQL.

@@ -13,7 +13,7 @@ from results_fixtures import at, fig, make_run
 
 from harness.results.compare_cli import EXIT_OK, EXIT_REGRESSED, compare_command
 from harness.results.comparison import Comparison, compare
-from harness.results.model import RunRecord
+from harness.results.run_record import RunRecord
 from harness.results.store import open_store
 
 #: Five baseline decode speeds, roughly N(1000, 10): 1001 now is unchanged.

@@ -10,7 +10,7 @@ import pytest
 from harness import modelgen
 from harness.client import ServerClient
 from harness.errors import ConfigError
-from harness.planning.plan import LaunchPlan, PlanRequest, plan_launch
+from harness.planning.launch_plan import LaunchPlan, PlanRequest, plan_launch
 from harness.planning.routing import InferenceBackend
 from harness.probes.bundles import load_bundle
 from harness.probes.gguf_facts import read_model_facts

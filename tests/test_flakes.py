@@ -17,7 +17,7 @@ from harness.flakes import FIELDS, KnownFlakesError, load_known_flakes, parse_kn
 from harness.flakes import SCHEMA as FLAKES_SCHEMA
 from harness.recording.flakes_plugin import DEFAULT_PATH, expired_message, known_flakes_path
 from harness.report.allure_meta import category_of
-from harness.results.model import Hardware
+from harness.results.run_record import Hardware
 
 TODAY = dt.date(2026, 11, 29)
 H200_BOX = Hardware(host="gpu-7", cpu="AMD EPYC 9654 x192", gpu="NVIDIA H200",

@@ -13,8 +13,8 @@ import pytest
 
 from harness import modelgen
 from harness.errors import ModelFileError
-from harness.facts.model import ModelFacts
-from harness.modelgen.catalog import load_all
+from harness.facts.model_facts import ModelFacts
+from harness.modelgen.fixture_data import load_all
 from harness.modelgen.specs import ModelShape
 from harness.probes.gguf_facts import read_model_facts
 from harness.probes.gguf_header import NUM_LOOPS_KEY, RECURRENT_LAYERS_KEY

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from harness.errors import ConfigError
 from harness.facts.gpu import FlashAttn
-from harness.facts.model import ModelFacts, SsmFacts
+from harness.facts.model_facts import ModelFacts, SsmFacts
 from harness.planning.kv import (
     GIB,
     SERVER_CACHE_TYPES,

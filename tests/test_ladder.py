@@ -10,7 +10,7 @@ import itertools
 
 import pytest
 
-from harness.facts.model import LayerBytes, ModelFacts
+from harness.facts.model_facts import LayerBytes, ModelFacts
 from harness.planning.ladder import (
     DEFAULT_MIN_CTX_SIZE,
     Rung,

@@ -21,7 +21,7 @@ from harness.modelgen import (
     read_recorded_hashes,
     write_all,
 )
-from harness.modelgen.catalog import load_all, specs_digest
+from harness.modelgen.fixture_data import load_all, specs_digest
 from harness.modelgen.specs import Architecture, ModelShape
 from harness.modelgen.vocab import build_vocab
 

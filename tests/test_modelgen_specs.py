@@ -19,10 +19,10 @@ from harness.errors import FixtureError, UnknownFixtureError
 from harness.facts.catalog import RuntimeClass
 from harness.facts.gpu import STOCK_CACHE_TYPES
 from harness.modelgen import BUNDLE_NAMES, FIXTURE_NAMES, fixture_spec_dir
+from harness.modelgen.bundle_layout import manifest_bytes
 from harness.modelgen.bundle_specs import SCHEMA as BUNDLE_SCHEMA
 from harness.modelgen.bundle_specs import BundleSpec, SpecType, load_bundle_specs
-from harness.modelgen.bundles import manifest_bytes
-from harness.modelgen.catalog import load_all, specs_digest
+from harness.modelgen.fixture_data import load_all, specs_digest
 from harness.modelgen.hashes import read_hashes
 from harness.modelgen.specs import SCHEMA as SPEC_SCHEMA
 from harness.modelgen.specs import (

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from harness.facts.model import LayerBytes, ModelFacts
+from harness.facts.model_facts import LayerBytes, ModelFacts
 from harness.planning.offload import (
     COMPUTE_RESERVE_BYTES,
     DEFAULT_MARGIN_BYTES,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.facts.model import LayerBytes, ModelFacts
+from harness.facts.model_facts import LayerBytes, ModelFacts
 from harness.planning.ladder import end_reason, ladder_for, next_rung
 from harness.planning.offload import (
     COMPUTE_RESERVE_BYTES,

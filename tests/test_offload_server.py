@@ -17,7 +17,7 @@ import gguf
 import pytest
 
 from harness import modelgen
-from harness.facts.model import LayerBytes, ModelFacts
+from harness.facts.model_facts import LayerBytes, ModelFacts
 from harness.planning.launch import LaunchSpec
 from harness.planning.offload import (
     COMPUTE_RESERVE_BYTES,

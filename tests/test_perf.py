@@ -21,7 +21,7 @@ from harness.perf.measure import (
 )
 from harness.planning.launch import LaunchSpec
 from harness.plugin import StartServer
-from harness.results.model import Figure, FigureKey
+from harness.results.run_record import Figure, FigureKey
 from harness.verdicts.kv_log import parse_kv_cache_lines
 
 MODEL = Path("/models/dense.gguf")

@@ -10,9 +10,9 @@ import pytest
 from harness import modelgen
 from harness.facts.build import Capabilities
 from harness.facts.gpu import CACHE_TYPES, STOCK_CACHE_TYPES, GpuInfo
-from harness.facts.model import LayerBytes, ModelFacts
+from harness.facts.model_facts import LayerBytes, ModelFacts
 from harness.planning.launch import LaunchSpec
-from harness.planning.plan import LaunchPlan, PlanRequest, plan_launch
+from harness.planning.launch_plan import LaunchPlan, PlanRequest, plan_launch
 from harness.planning.routing import RouteReason
 from harness.probes.bundles import load_bundle
 from harness.probes.gguf_facts import read_model_facts

@@ -37,7 +37,7 @@ from harness.recording.run_file import (
     read_figures,
     run_record,
 )
-from harness.results.model import (
+from harness.results.run_record import (
     BuildRef,
     Figure,
     FigureKey,
@@ -45,7 +45,7 @@ from harness.results.model import (
     Outcome,
     RunRecord,
 )
-from harness.results.model import (
+from harness.results.run_record import (
     TestOutcome as RunOutcome,
 )
 from harness.runners.observe import add_observer, remove_observer

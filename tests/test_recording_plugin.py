@@ -21,7 +21,7 @@ import pytest
 
 from harness.paths import REPO_ROOT
 from harness.probes.hardware import detect_hardware
-from harness.results.model import RunRecord
+from harness.results.run_record import RunRecord
 
 pytestmark = pytest.mark.server
 

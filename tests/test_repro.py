@@ -37,21 +37,12 @@ from harness.facts.gpu import GpuInfo
 from harness.paths import cache_root
 from harness.planning.build_plan import BuildRequest
 from harness.report.allure_meta import environment_properties
-from harness.repro.build import (
-    RecordedBuild,
-    build_command,
-    ensure_recorded_build,
-    find_cached_build,
-    request_from_flags,
-)
 from harness.repro.command import (
     docker_command,
     for_external,
     local_command,
     map_path,
 )
-from harness.repro.errors import ReproError
-from harness.repro.failure import recorded_failure
 from harness.repro.properties import (
     parse_gpu_spec,
     parse_properties,
@@ -59,6 +50,15 @@ from harness.repro.properties import (
     recorded_planner_gpu,
     repro_properties,
 )
+from harness.repro.recorded_build import (
+    RecordedBuild,
+    build_command,
+    ensure_recorded_build,
+    find_cached_build,
+    request_from_flags,
+)
+from harness.repro.recorded_failure import recorded_failure
+from harness.repro.repro_error import ReproError
 from harness.repro.rerun import Outcome, Rerun, rerun_env, verdict
 from harness.repro.target import FileTarget, ServiceTarget, parse_report_url, parse_target
 from harness.repro_cli import repro_command

@@ -16,7 +16,7 @@ import gguf
 import pytest
 
 from harness import modelgen
-from harness.facts.model import LayerBytes, ModelFacts
+from harness.facts.model_facts import LayerBytes, ModelFacts
 from harness.planning.launch import LaunchSpec
 from harness.probes.gguf_facts import read_model_facts
 from harness.recording.recorder import ServerRecord

@@ -34,7 +34,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import make_url
 
-from harness.results.model import BuildRef, Hardware, RunRecord
+from harness.results.run_record import BuildRef, Hardware, RunRecord
 from harness.results.run_validation import RunRecordError
 from harness.results.store import ResultsStore, open_store
 from harness.results.store_backends import ResultsStoreError, default_url

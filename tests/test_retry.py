@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.facts.model import LayerBytes, ModelFacts
+from harness.facts.model_facts import LayerBytes, ModelFacts
 from harness.planning.ladder import Step, ladder_for, next_rung
 from harness.planning.launch import LaunchSpec
 from harness.planning.offload import (

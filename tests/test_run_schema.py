@@ -23,7 +23,8 @@ from harness.errors import HarnessError
 from harness.recording.outcomes import OutcomeTally
 from harness.recording.run_file import build_ref, run_record
 from harness.results.json_hazards import unrepresentable
-from harness.results.model import (
+from harness.results.rules import AbVerdict
+from harness.results.run_record import (
     METRICS,
     BuildRef,
     Figure,
@@ -32,10 +33,9 @@ from harness.results.model import (
     Outcome,
     RunRecord,
 )
-from harness.results.model import (
+from harness.results.run_record import (
     TestOutcome as RunOutcome,
 )
-from harness.results.rules import AbVerdict
 from harness.results.run_schema import (
     AB_DESIGNS,
     AB_VERDICTS,

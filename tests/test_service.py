@@ -32,7 +32,7 @@ from results_fixtures import (  # noqa: F401 - store_url is a fixture
 
 from harness.paths import REPO_ROOT
 from harness.required import skip_unless_present
-from harness.results.model import RunRecord
+from harness.results.run_record import RunRecord
 from harness.results.store import ResultsStore, open_store
 from harness.results.store_backends import ResultsStoreError
 from harness.service.app import create_app

@@ -39,7 +39,7 @@ from test_service import AUTH, GZIP, TOKEN, bundle_bytes, write_allure_results
 
 from harness.paths import REPO_ROOT
 from harness.report.allure import ReportError, _run_allure
-from harness.results.model import RunRecord
+from harness.results.run_record import RunRecord
 from harness.results.store import open_store
 from harness.service.bundle import make_bundle
 from harness.service.layout import Layout

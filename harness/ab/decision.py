@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from harness.ab.stats import RatioInterval, min_pairs_for, paired_ratio_interval
 from harness.errors import ConfigError, HarnessError
-from harness.results.model import METRICS, Direction, metric_direction
 from harness.results.rules import (
     AB_BLOCK_SIZE,
     AB_BUDGET_S,
@@ -24,6 +23,7 @@ from harness.results.rules import (
     AB_THRESHOLD,
     AbVerdict,
 )
+from harness.results.run_record import METRICS, Direction, metric_direction
 
 __all__ = [
     "AB_BLOCK_SIZE", "AB_BUDGET_S", "AB_CONFIDENCE", "AB_MIN_PAIRS", "AB_THRESHOLD",

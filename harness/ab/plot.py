@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt
 
 from harness.ab.design import paired_values
 from harness.ab.runner import AbOutcome
-from harness.results.model import METRICS
+from harness.results.run_record import METRICS
 
 
 def paired_samples_png(outcome: AbOutcome) -> bytes:

@@ -8,7 +8,7 @@ from harness.ab.counters import CounterReport, compare_counters, counters_json, 
 from harness.ab.decision import MetricDecision
 from harness.ab.design import BASELINE, CANDIDATE
 from harness.ab.runner import AbOutcome, samples_of
-from harness.results.model import METRICS
+from harness.results.run_record import METRICS
 
 
 def counter_report(outcome: AbOutcome) -> CounterReport:

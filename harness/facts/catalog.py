@@ -59,7 +59,7 @@ class CatalogEntry:
 
     def __post_init__(self) -> None:
         # The entry is where a manifest's (harness/probes/bundles.py) and a bundle spec's
-        # (harness/modelgen/bundles.py) runtime class arrive as text: an unknown one is
+        # (harness/modelgen/bundle_layout.py) runtime class arrive as text: an unknown one is
         # refused here, whoever built the entry.
         object.__setattr__(self, "runtime_class", parse_runtime_class(self.runtime_class))
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from harness.errors import UnknownFixtureError
 from harness.modelgen.cache import ensure_tree, write_tree
-from harness.modelgen.catalog import (
+from harness.modelgen.fixture_data import (
     BUNDLES_SUBDIR,
     SPECS_SUBDIR,
     fixture_spec_dir,
@@ -23,8 +23,8 @@ from harness.modelgen.catalog import (
     spec_names,
     specs_digest,
 )
+from harness.modelgen.fixture_tree import bundle_rel, model_rel, plan_files
 from harness.modelgen.hashes import RECORD_NAME, read_hashes, write_hashes
-from harness.modelgen.plan import bundle_rel, model_rel, plan_files
 from harness.paths import cache_root
 
 __all__ = [

@@ -14,7 +14,7 @@ from filelock import FileLock, Timeout
 
 from harness.errors import FixtureError
 from harness.files import atomic_write, sha256_file
-from harness.modelgen.plan import PlannedFile
+from harness.modelgen.fixture_tree import PlannedFile
 
 #: Writing every fixture takes well under a second; a lock held this long is stuck.
 LOCK_TIMEOUT_S = 300.0

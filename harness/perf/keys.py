@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from harness.planning.launch import LaunchSpec
-from harness.results.model import Figure, FigureKey
+from harness.results.run_record import Figure, FigureKey
 
 #: The standard measurement: a short prompt and a short generation, repeated, so that
 #: measuring every server a suite starts costs tens of milliseconds on the tiny fixtures

@@ -47,7 +47,7 @@ import gguf
 
 from harness.errors import ConfigError
 from harness.facts.gpu import STOCK_CACHE_TYPES, FlashAttn
-from harness.facts.model import ModelFacts
+from harness.facts.model_facts import ModelFacts
 
 #: The ``-ctk``/``-ctv`` values a stock llama-server accepts, in its order.
 SERVER_CACHE_TYPES = STOCK_CACHE_TYPES

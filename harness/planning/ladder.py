@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from harness.facts.model import ModelFacts
+from harness.facts.model_facts import ModelFacts
 from harness.planning.offload import OffloadKind, OffloadPlan, all_layers, offload_flags
 
 #: The smallest context the context rung halves down to (ours: below a couple of thousand

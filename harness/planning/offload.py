@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from harness.facts.model import LayerBytes, ModelFacts
+from harness.facts.model_facts import LayerBytes, ModelFacts
 
 MIB = 1024**2
 GIB = 1024**3

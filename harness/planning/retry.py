@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness.facts.model import ModelFacts
+from harness.facts.model_facts import ModelFacts
 from harness.planning.ladder import Rung, first_rung
 from harness.planning.launch import LaunchSpec
 from harness.planning.offload import OffloadKind, OffloadPlan

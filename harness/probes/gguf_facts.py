@@ -24,7 +24,7 @@ from typing import Any
 import gguf
 
 from harness.errors import ModelFileError
-from harness.facts.model import LayerBytes, ModelFacts, SsmFacts
+from harness.facts.model_facts import LayerBytes, ModelFacts, SsmFacts
 from harness.probes.gguf_arch_rules import (
     kv_unmodelled,
     recurrent_layers,

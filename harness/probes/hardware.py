@@ -10,7 +10,7 @@ from pathlib import Path
 from harness.facts.build import Backend
 from harness.probes.devices import Device
 from harness.probes.gpu_health import runner_gpu_health
-from harness.results.model import Hardware
+from harness.results.run_record import Hardware
 
 
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:

@@ -22,7 +22,7 @@ import pytest
 from harness.flakes import KnownFlakes, KnownFlakesError, load_known_flakes
 from harness.paths import REPO_ROOT
 from harness.probes.hardware import detect_hardware
-from harness.results.model import Hardware
+from harness.results.run_record import Hardware
 
 DEFAULT_PATH = REPO_ROOT / "ci" / "known-flakes.yaml"
 #: Values of --harness-known-flakes that turn the list off (``harness repro`` does).

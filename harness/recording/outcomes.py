@@ -1,7 +1,7 @@
 """Turns pytest's per-phase reports into one outcome per test (pure).
 
 pytest reports each phase (setup, call, teardown) as passed, failed or skipped; the
-test's one :class:`~harness.results.model.Outcome` is folded from them the way pytest's
+test's one :class:`~harness.results.run_record.Outcome` is folded from them the way pytest's
 terminal summary counts it (a failing fixture is an ``error``, an xfail ``xfailed``).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.results.model import Outcome, TestOutcome
+from harness.results.run_record import Outcome, TestOutcome
 
 #: What ``TestReport.outcome`` says of one phase (pytest's ``Literal`` of three).
 PHASE_OUTCOMES = (Outcome.PASSED, Outcome.FAILED, Outcome.SKIPPED)

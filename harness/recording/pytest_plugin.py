@@ -39,7 +39,7 @@ from harness.recording.run_file import (
     write_run,
 )
 from harness.repro.properties import repro_properties
-from harness.results.model import Hardware
+from harness.results.run_record import Hardware
 from harness.runners.observe import add_observer, remove_observer
 from harness.session import HarnessSession
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from harness.facts.build import BuildInfo
 from harness.files import write_json_atomic
 from harness.paths import REPO_ROOT
-from harness.results.model import BuildRef, Figure, FigureKey, Hardware, RunRecord, TestOutcome
+from harness.results.run_record import BuildRef, Figure, FigureKey, Hardware, RunRecord, TestOutcome
 
 
 def now_iso() -> str:

@@ -6,8 +6,8 @@ from typing import Any
 
 import httpx
 
-from harness.repro.errors import ReproError
-from harness.repro.failure import RecordedFailure, recorded_failure
+from harness.repro.recorded_failure import RecordedFailure, recorded_failure
+from harness.repro.repro_error import ReproError
 from harness.repro.target import ServiceTarget
 
 DEFAULT_TIMEOUT_S = 60.0

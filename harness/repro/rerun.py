@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.facts.gpu import GpuInfo
-from harness.repro.failure import NODEID_LABEL, RecordedFailure, first_line, labels
 from harness.repro.properties import format_gpu_spec
+from harness.repro.recorded_failure import NODEID_LABEL, RecordedFailure, first_line, labels
 
 #: Settings that would change what the rerun tests: it passes its own options for them,
 #: and one left in the environment must not fill in an option it leaves out.

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from harness.repro.errors import ReproError
+from harness.repro.repro_error import ReproError
 
 _REPORT_PATH = re.compile(r"/runs/(?P<run>[^/]+)/report(?:/.*)?")
 #: A uuid with dashes, or 32 hex digits (a dashless uuid or Allure 3's md5 id).

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from harness.errors import ConfigError, HarnessError
 from harness.results.comparison import HardwareMismatchError
-from harness.results.model import RunRecord
 from harness.results.rules import NOISE_WINDOW
+from harness.results.run_record import RunRecord
 from harness.results.store import ResultsStore
 
 

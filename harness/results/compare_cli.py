@@ -22,9 +22,9 @@ from click.core import ParameterSource
 from harness.errors import HarnessError
 from harness.results.baseline_selection import select_baseline
 from harness.results.comparison import compare
-from harness.results.model import RunRecord
 from harness.results.noise_rule import NoiseRule
 from harness.results.rules import NOISE_MIN_RUNS, NOISE_THRESHOLD, NOISE_WINDOW, NOISE_Z
+from harness.results.run_record import RunRecord
 from harness.results.store import ResultsStore, open_store
 from harness.results.store_backends import default_url
 

@@ -20,7 +20,9 @@ from typing import Any
 
 from harness.errors import HarnessError
 from harness.results.comparison_render import comparison_json, comparison_markdown
-from harness.results.model import (
+from harness.results.noise_rule import DEFAULT_NOISE_RULE, Judgement, NoiseRule, judge
+from harness.results.rules import AbVerdict, FigureStatus
+from harness.results.run_record import (
     FAILING_OUTCOMES,
     METRICS,
     FigureKey,
@@ -30,8 +32,6 @@ from harness.results.model import (
     metric_direction,
     metric_unit,
 )
-from harness.results.noise_rule import DEFAULT_NOISE_RULE, Judgement, NoiseRule, judge
-from harness.results.rules import AbVerdict, FigureStatus
 
 
 class HardwareMismatchError(HarnessError):

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from harness.results.model import Outcome, metric_unit
 from harness.results.rules import AbVerdict, FigureStatus
+from harness.results.run_record import Outcome, metric_unit
 
 if TYPE_CHECKING:
     # Types only: comparison.py imports this module to render itself.

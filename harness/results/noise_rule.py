@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.errors import ConfigError
-from harness.results.model import Direction
 from harness.results.rules import NOISE_MIN_RUNS, NOISE_THRESHOLD, NOISE_Z, FigureStatus
+from harness.results.run_record import Direction
 
 
 @dataclass(frozen=True)

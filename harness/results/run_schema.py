@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from harness.results.model import METRICS, RUN_SCHEMA_VERSION, Outcome
 from harness.results.rules import AbVerdict
+from harness.results.run_record import METRICS, RUN_SCHEMA_VERSION, Outcome
 
 #: The largest ``run.json`` read: a suite of 10 000 tests writes a few MB.
 MAX_DOCUMENT_BYTES = 64 * 1024 * 1024

@@ -19,7 +19,7 @@ from jsonschema import Draft202012Validator, validators
 
 from harness.errors import HarnessError
 from harness.results.json_hazards import load_json, nested_too_deep, unrepresentable
-from harness.results.model import (
+from harness.results.run_record import (
     BuildRef,
     Figure,
     FigureKey,

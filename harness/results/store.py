@@ -22,7 +22,7 @@ from sqlalchemy import ColumnElement, Connection, Engine, and_, func, or_, selec
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from harness.results.model import RunRecord
+from harness.results.run_record import RunRecord
 from harness.results.run_validation import check_run, run_from_json
 from harness.results.store_backends import (
     WRITE,

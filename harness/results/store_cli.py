@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from harness.errors import HarnessError
-from harness.results.model import RunRecord
+from harness.results.run_record import RunRecord
 from harness.results.run_schema import MAX_DOCUMENT_BYTES
 from harness.results.run_validation import parse_run_json
 from harness.results.store import open_store

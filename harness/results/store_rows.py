@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import RowMapping
 
-from harness.results.model import Figure, RunRecord, TestOutcome
+from harness.results.run_record import Figure, RunRecord, TestOutcome
 from harness.results.store_tables import KEY_FIELDS
 
 #: A report waits for the service's worker (pending), was made (ready) or could not be.

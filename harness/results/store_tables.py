@@ -30,7 +30,7 @@ from sqlalchemy import (
     text,
 )
 
-from harness.results.model import FigureKey
+from harness.results.run_record import FigureKey
 from harness.results.store_backends import WRITE, ResultsStoreError
 
 log = logging.getLogger(__name__)

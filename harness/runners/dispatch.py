@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from harness.errors import ConfigError
-from harness.planning.plan import LaunchPlan
+from harness.planning.launch_plan import LaunchPlan
 from harness.planning.routing import InferenceBackend
 from harness.runners.base import RunningServer, ServerRunner
 

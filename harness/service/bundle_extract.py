@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Protocol
 
-from harness.results.model import RunRecord
+from harness.results.run_record import RunRecord
 from harness.results.run_schema import MAX_DOCUMENT_BYTES
 from harness.results.run_validation import RunRecordError, parse_run_json
 from harness.service.bundle import (

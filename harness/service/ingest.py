@@ -33,7 +33,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.results.model import RunRecord
+from harness.results.run_record import RunRecord
 from harness.results.store import ResultsStore
 from harness.service.bundle_extract import safe_extract
 from harness.service.layout import Layout

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 from harness.data_schema import load_json, schema_file
 from harness.errors import HarnessError
-from harness.results.model import RunRecord
+from harness.results.run_record import RunRecord
 from harness.results.store import ResultsStore
 from harness.results.store_rows import ReportState
 from harness.service.layout import Layout, is_valid_run_id

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
-from harness.results.model import FigureKey, Outcome, RunRecord
+from harness.results.run_record import FigureKey, Outcome, RunRecord
 
 
 def outcome_counts(run: RunRecord) -> dict[str, int]:

@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from harness.errors import ServerError, ServerExitedError, ServerNotReadyError
-from harness.facts.model import ModelFacts
+from harness.facts.model_facts import ModelFacts
 from harness.planning.drafter import DRAFT_MTP, BrokenDrafters
 from harness.planning.ladder import DEFAULT_MIN_CTX_SIZE, Rung, end_reason, next_rung
 from harness.planning.launch import LaunchSpec
+from harness.planning.launch_plan import LaunchPlan
 from harness.planning.offload import OffloadPlan
-from harness.planning.plan import LaunchPlan
 from harness.planning.retry import apply_rung, starting_rung, without_drafter
 from harness.runners.base import RunningServer, ServerRunner
 from harness.runners.observe import notify_planned, notify_supervised

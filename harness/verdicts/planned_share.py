@@ -23,7 +23,7 @@ from typing import Protocol
 
 import gguf
 
-from harness.facts.model import ModelFacts
+from harness.facts.model_facts import ModelFacts
 
 MIB = 1024 * 1024
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.repro.errors import ReproError
 from harness.repro.properties import parse_properties
+from harness.repro.repro_error import ReproError
 
 ENVIRONMENT_FILE = "environment.properties"
 _SERVER_ARGV = re.compile(r"server (\d+) argv")

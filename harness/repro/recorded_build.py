@@ -27,8 +27,8 @@ from harness.builds.source import load_manifest, local_source
 from harness.errors import BuildError, ConfigError
 from harness.facts.build import Backend, BuildInfo
 from harness.planning.build_plan import BuildRequest
-from harness.repro.errors import ReproError
 from harness.repro.properties import recorded_cmake_flags
+from harness.repro.repro_error import ReproError
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.facts.catalog import MANIFEST_NAME
+from harness.modelgen.bundle_layout import bundle_members, manifest_bytes
 from harness.modelgen.bundle_specs import BundleSpec
-from harness.modelgen.bundles import bundle_members, manifest_bytes
 from harness.modelgen.specs import FixtureSpec
 from harness.modelgen.writer import write_model, write_truncated
 

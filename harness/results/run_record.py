@@ -60,7 +60,7 @@ def metric_direction(metric: str, what: str = "figure") -> Direction:
     if known is None:
         raise HarnessError(f"{what} metric {metric!r} is not one the harness defines "
                            f"({', '.join(sorted(METRICS))}); add it to METRICS in "
-                           "harness/results/model.py with its direction")
+                           "harness/results/run_record.py with its direction")
     return known.direction
 
 

@@ -19,7 +19,7 @@ from harness.errors import ConfigError
 from harness.facts.build import Capabilities
 from harness.facts.catalog import Bundle, CatalogEntry
 from harness.facts.gpu import ForkKvType, GpuConfig, GpuInfo, ServerSettings
-from harness.facts.model import ModelFacts
+from harness.facts.model_facts import ModelFacts
 from harness.planning.autotune import ENV_PREFIX, TuneResult, autotune
 from harness.planning.capability import PlanWarning, fit_cache_types
 from harness.planning.drafter import DrafterDecision, DrafterInputs, KvOutcome, decide_drafter
