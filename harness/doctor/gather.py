@@ -51,7 +51,7 @@ from harness.results.store_backends import default_url, display_url
 
 #: The packages a run imports, as their distributions are named.
 KEY_PACKAGES = ("pytest", "allure-pytest", "httpx", "gguf", "sqlalchemy", "psycopg",
-                "starlette", "uvicorn", "playwright", "docker", "testcontainers")
+                "starlette", "uvicorn", "docker", "testcontainers")
 SERVICE_URL_ENV = "HARNESS_SERVICE_URL"
 _TIMEOUT_S = 10.0
 
