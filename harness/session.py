@@ -25,7 +25,7 @@ from harness.builds.container_build import image_backend
 from harness.builds.resolve import ensure_build
 from harness.builds.under_test import BuildUnderTest, from_result, resolve_named_build, run_image
 from harness.errors import ConfigError, HarnessError
-from harness.facts.build import Backend
+from harness.facts.build import GPU_BACKENDS, Backend
 from harness.facts.gpu import GpuInfo
 from harness.paths import cache_root
 from harness.planning.build_plan import BuildRequest
@@ -36,7 +36,6 @@ from harness.probes.gpu_access import check_gpu_access
 from harness.repro.properties import parse_gpu_spec
 from harness.runners.launching import DEFAULT_READY_TIMEOUT_S
 
-GPU_BACKENDS = (Backend.CUDA, Backend.ROCM, Backend.VULKAN)
 RUNNERS = ("subprocess", "container")
 
 _T = TypeVar("_T")

@@ -162,17 +162,14 @@ def decide_metric(metric: str, baseline: Sequence[float], candidate: Sequence[fl
     """
     direction = metric_direction(metric, "A/B")
     try:
-        interval = paired_ratio_interval(baseline, candidate, rule.confidence)
+        judged = _judge(baseline, candidate, direction, rule, METRICS[metric].min_change)
     except ValueError as err:
         raise HarnessError(f"A/B metric {metric}: {err}") from err
-    baseline_median = statistics.median(baseline) if baseline else None
-    threshold = effective_threshold(rule, direction, METRICS[metric].min_change,
-                                    baseline_median)
     return MetricDecision(
-        metric=metric, verdict=decide(interval, direction, rule, threshold),
-        interval=interval, baseline_median=baseline_median,
+        metric=metric, verdict=judged.verdict, interval=judged.interval,
+        baseline_median=judged.baseline_median,
         candidate_median=statistics.median(candidate) if candidate else None,
-        pairs=len(baseline), threshold=threshold)
+        pairs=len(baseline), threshold=judged.threshold)
 
 
 def all_decided(decisions: Iterable[MetricDecision]) -> bool:
@@ -180,13 +177,27 @@ def all_decided(decisions: Iterable[MetricDecision]) -> bool:
     return all(d.verdict is not AbVerdict.UNKNOWN for d in decisions)
 
 
+@dataclass(frozen=True)
+class _Judged:
+    interval: RatioInterval | None
+    baseline_median: float | None
+    threshold: float
+    verdict: AbVerdict
+
+
+def _judge(baseline: Sequence[float], candidate: Sequence[float], direction: Direction,
+           rule: AbRule, min_change: float) -> _Judged:
+    """The one path from pairs to a verdict, for the gate and for the resampled rate."""
+    interval = paired_ratio_interval(baseline, candidate, rule.confidence)
+    median = statistics.median(baseline) if baseline else None
+    threshold = effective_threshold(rule, direction, min_change, median)
+    return _Judged(interval, median, threshold, decide(interval, direction, rule, threshold))
+
+
 def _verdict(sample: Sequence[tuple[float, float]], direction: Direction,
              rule: AbRule, min_change: float) -> AbVerdict:
-    baseline = [b for b, _ in sample]
-    interval = paired_ratio_interval(baseline, [c for _, c in sample], rule.confidence)
-    threshold = effective_threshold(rule, direction, min_change,
-                                    statistics.median(baseline) if baseline else None)
-    return decide(interval, direction, rule, threshold)
+    return _judge([b for b, _ in sample], [c for _, c in sample], direction, rule,
+                  min_change).verdict
 
 
 def _sequential_verdict(sample: Sequence[tuple[float, float]], direction: Direction,

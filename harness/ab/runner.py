@@ -112,9 +112,12 @@ class AbOutcome:
 
 
 def _check(baseline: Arm, candidate: Arm, settings: AbSettings) -> None:
-    if settings.design != DUET and settings.rule.block_size % 4:
-        raise ConfigError(f"A/B block size {settings.rule.block_size}: an interleaved "
-                          "block is whole ABBA/BAAB quartets, so a multiple of 4")
+    try:
+        # The design's own check, run on a throwaway block before any server starts.
+        plan_block(settings.design, 0, random.Random(0), settings.rule.block_size)
+    except ValueError as exc:
+        raise ConfigError(f"A/B settings: block size {settings.rule.block_size}: {exc}") \
+            from exc
     if settings.design == DUET and (baseline.binary is None or candidate.binary is None):
         raise ConfigError("the duet design pins each arm's server to half of the cores, "
                           "which needs host processes: give binaries or builds, or use "

@@ -21,14 +21,13 @@ from dataclasses import dataclass
 
 from harness.doctor.facts import DoctorFacts, Tool
 from harness.errors import ConfigError
-from harness.facts.build import Backend
+from harness.facts.build import GPU_BACKENDS, Backend
 from harness.facts.gpu import GpuConfig
 from harness.planning.autotune import TuneSource, autotune, match_config
 from harness.planning.build_plan import NO_VMM_FLAG, cublas_fix
 from harness.probes.gpu_access import NVIDIA_RUNTIME, NVIDIA_TOOLKIT_HINT
 from harness.probes.gpu_tool_readers import AMDGPU_FIX, SeenGpu
 
-GPU_BACKENDS = (Backend.CUDA, Backend.ROCM, Backend.VULKAN)
 MIN_PYTHON = (3, 11)
 SETUP_FIX = ("run `bash scripts/setup.sh` (or `.venv/bin/python -m pip install "
              "-c constraints.txt -e '.[dev]'`)")

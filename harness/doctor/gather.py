@@ -22,7 +22,7 @@ from types import MappingProxyType
 import httpx
 
 from harness.builds.native import builds_dir, read_build_info
-from harness.doctor.checks import GPU_BACKENDS, GPU_COMPILERS, GROUPS
+from harness.doctor.checks import GPU_COMPILERS, GROUPS
 from harness.doctor.facts import (
     AllureFacts,
     CachedBuild,
@@ -36,7 +36,7 @@ from harness.doctor.facts import (
     Tool,
 )
 from harness.errors import HarnessError
-from harness.facts.build import Backend
+from harness.facts.build import GPU_BACKENDS, Backend
 from harness.facts.cuda_toolkit import CudaToolkit
 from harness.paths import REPO_ROOT, cache_root
 from harness.probes.cuda_toolkit import find_cuda_toolkit

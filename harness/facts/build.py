@@ -20,6 +20,10 @@ class Backend(enum.StrEnum):
     VULKAN = "vulkan"
 
 
+#: The backends that need a GPU: every one but ``cpu``.
+GPU_BACKENDS = (Backend.CUDA, Backend.ROCM, Backend.VULKAN)
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What the built server accepts, read from its own ``--help``."""
