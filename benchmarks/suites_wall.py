@@ -1,6 +1,6 @@
 """Wall time of the no-regression suites with a warm build, at -n 1 and -n 2.
 
-Builds nothing itself (run `harness build --backend cpu` first); runs `pytest suites`
+Builds nothing itself (run `harness build --backend cpu` first); runs the suites
 twice through xdist and prints both times and the speedup (targets: <= 60 s at -n 2 on
 2 cores, speedup >= 1.6). The per-launch overhead against a bare server start is
 benchmarks/startup_overhead.py.
@@ -14,14 +14,14 @@ import subprocess
 import sys
 import time
 
-from harness.paths import REPO_ROOT
+from harness.paths import SUITES_DIR, suites_pytest_config
 
 
 def run_suites(workers: int, extra: list[str]) -> tuple[float, int]:
-    argv = [sys.executable, "-m", "pytest", str(REPO_ROOT / "suites"), "-q", "-p",
-            "no:cacheprovider", "-n", str(workers), *extra]
+    argv = [sys.executable, "-m", "pytest", str(SUITES_DIR), *suites_pytest_config(), "-q",
+            "-p", "no:cacheprovider", "-n", str(workers), *extra]
     started = time.perf_counter()
-    code = subprocess.call(argv, cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
+    code = subprocess.call(argv, stdout=subprocess.DEVNULL)
     return time.perf_counter() - started, code
 
 

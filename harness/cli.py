@@ -24,7 +24,7 @@ from harness.builds.resolve import ensure_build, resolve_source
 from harness.doctor_cli import doctor_command
 from harness.errors import ConfigError, HarnessError
 from harness.facts.build import Backend, BuildInfo
-from harness.paths import REPO_ROOT, cache_root
+from harness.paths import SUITES_DIR, cache_root, suites_pytest_config
 from harness.plan_cli import plan_command
 from harness.planning.base_image import SUITES
 from harness.planning.build_plan import BuildRequest
@@ -68,7 +68,8 @@ def cli() -> None:
               help="CUDA/ROCm: the reduced variant CI builds — one architecture, no "
                    "FlashAttention kernels; named in the build key.")
 @click.option("--container", is_flag=True,
-              help="Build an image (ci/docker/<backend>.Dockerfile) instead of a native binary.")
+              help="Build an image (harness/resources/docker/<backend>.Dockerfile) instead "
+                   "of a native binary.")
 @click.option("--base", "bases", multiple=True, metavar="ARG=IMAGE",
               help="With --container: BUILD_BASE=IMAGE or RUNTIME_BASE=IMAGE (repeatable), "
                    "or `local`: both stages from the backend's local Debian base (made by "
@@ -110,7 +111,7 @@ def images() -> None:
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Directory to write into (default: the fixture cache).")
 @click.option("--record", is_flag=True,
-              help="Write everything fresh and rewrite fixtures/models/sha256.json.")
+              help="Write everything fresh and rewrite harness/resources/fixtures/sha256.json.")
 @click.option("--check", is_flag=True,
               help="Write everything fresh and list files whose hash differs from the record.")
 def fixtures(out: Path | None, record: bool, check: bool) -> None:
@@ -137,12 +138,14 @@ def fixtures(out: Path | None, record: bool, check: bool) -> None:
 
 @cli.command(context_settings={"ignore_unknown_options": True})
 @click.option("--alluredir", type=click.Path(path_type=Path, file_okay=False),
-              default=REPO_ROOT / "allure-results", show_default=True)
+              default=Path("allure-results"), show_default=True,
+              help="Where allure-pytest writes the results (relative: to the working "
+                   "directory).")
 @click.option("--report-dir", type=click.Path(path_type=Path, file_okay=False),
-              default=REPO_ROOT / "allure-report", show_default=True,
+              default=Path("allure-report"), show_default=True,
               help="Where the Allure HTML report is written.")
 @click.option("--run-record", type=click.Path(path_type=Path, dir_okay=False),
-              default=REPO_ROOT / "harness-run" / "run.json", show_default=True,
+              default=Path("harness-run") / "run.json", show_default=True,
               help="Where the run record (outcomes, hardware, build, figures) is written.")
 @click.option("--results-url", envvar="HARNESS_RESULTS_URL", default=None,
               help="Results store for the run record [env HARNESS_RESULTS_URL; default: a "
@@ -158,16 +161,17 @@ def run(*, alluredir: Path, report_dir: Path, run_record: Path, results_url: str
     result = _build_with_progress(BuildRequest(), None)
     fixture_set = modelgen.ensure_fixtures()
     console.print(f"[bold]fixtures[/] {fixture_set.root}")
+    alluredir, report_dir, run_record = (p.absolute() for p in (alluredir, report_dir, run_record))
     run_record.unlink(missing_ok=True)
     run_id = new_run_id()
     argv = [
-        sys.executable, "-m", "pytest", str(REPO_ROOT / "suites"), "-n", workers,
+        sys.executable, "-m", "pytest", str(SUITES_DIR), *suites_pytest_config(), "-n", workers,
         f"--alluredir={alluredir}", "--clean-alluredir",
         f"--harness-server-bin={result.info.binary}", f"--harness-run-record={run_record}",
         *pytest_args,
     ]
     console.print("[bold]running[/] " + " ".join(argv[2:]))
-    code = subprocess.call(argv, cwd=REPO_ROOT, env={**os.environ, "HARNESS_RUN_ID": run_id})
+    code = subprocess.call(argv, env={**os.environ, "HARNESS_RUN_ID": run_id})
     console.print(f"[bold]Allure results[/] {alluredir}")
     if run_record.is_file():
         stored, created, where = store_run(run_record, results_url)

@@ -33,7 +33,7 @@ from importlib import metadata
 from pathlib import Path
 
 from harness.errors import ConfigError
-from harness.paths import REPO_ROOT
+from harness.resources.python_pins import normal_name, read_constraints
 
 MIB = 1024 * 1024
 #: What may travel with one call of the device tool, and what one returned file may be.
@@ -78,7 +78,7 @@ def carried_distributions(constraints: dict[str, str] | None = None) -> list[Whe
     pins = constraints if constraints is not None else read_constraints()
     specs = []
     for name in sorted(names - NOT_CARRIED, key=str.lower):
-        version = pins.get(_normal(name)) or metadata.version(name)
+        version = pins.get(normal_name(name)) or metadata.version(name)
         specs.append(WheelSpec(name, version))
     return specs
 
@@ -87,35 +87,19 @@ def _with_requirements(names: set[str]) -> set[str]:
     """``names`` and, transitively, every distribution they require on this platform."""
     from packaging.requirements import Requirement  # noqa: PLC0415 - pack side only
 
-    found = {_normal(n): n for n in names}
+    found = {normal_name(n): n for n in names}
     todo = list(names)
     while todo:
         for line in metadata.requires(todo.pop()) or []:
             requirement = Requirement(line)
             if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
                 continue
-            key = _normal(requirement.name)
-            if key in found or key in {_normal(n) for n in NOT_CARRIED}:
+            key = normal_name(requirement.name)
+            if key in found or key in {normal_name(n) for n in NOT_CARRIED}:
                 continue
             found[key] = metadata.metadata(requirement.name)["Name"]
             todo.append(found[key])
     return set(found.values())
-
-
-def read_constraints(path: Path | None = None) -> dict[str, str]:
-    """``constraints.txt``'s exact pins by normalized name."""
-    text = (path or REPO_ROOT / "constraints.txt").read_text()
-    pins = {}
-    for line in text.splitlines():
-        name, sep, version = line.split("#", 1)[0].strip().partition("==")
-        if sep:
-            pins[_normal(name)] = version.strip()
-    return pins
-
-
-def _normal(name: str) -> str:
-    # PEP 503: runs of -, _ and . are one separator, case does not count.
-    return "-".join(name.lower().replace("_", "-").replace(".", "-").split("-"))
 
 
 def download_argv(specs: Sequence[WheelSpec], dest: Path, python_version: str) -> list[str]:

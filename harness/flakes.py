@@ -1,11 +1,11 @@
-"""Known flakes as reviewed data: ``ci/known-flakes.yaml``, loaded, checked and matched.
+"""Known flakes as reviewed data: ``resources/known-flakes.yaml``, loaded, checked and matched.
 
 Each entry names a test (a pytest node id, or a glob over node ids), the hardware it
 flakes on (a glob over the run's hardware description or GPU name, or ``any``), why,
 where it is tracked, and when the entry expires. An entry is a promise to fix the test
 by that date: after it, the entry fails every run until someone fixes the test or, after
 a review, renews the date. Loading is strict: the YAML is parsed to data and checked
-against schemas/known-flakes.schema.json, and every problem names the file, the field's
+against resources/schemas/known-flakes.schema.json, and every problem names the file, the field's
 path (``$.flakes[0].tracking``, entries counted from 0) and what it may be.
 """
 
@@ -28,7 +28,7 @@ FIELDS = ("test", "hardware", "reason", "tracking", "expires")
 ANY_HARDWARE = "any"
 #: The file's format; its entries have exactly FIELDS.
 SCHEMA = schema_file("known-flakes")
-_FIX = "the fields are described at the top of ci/known-flakes.yaml"
+_FIX = "the fields are described at the top of harness/resources/known-flakes.yaml"
 
 
 def glob_match(text: str, pattern: str) -> bool:

@@ -1,13 +1,29 @@
-"""Where the harness keeps its caches and finds the repository's data files."""
+"""Where the harness keeps its caches, and where its suites sit for pytest.
+
+Data files are package resources (harness/resources); outputs default to folders in
+the working directory. Nothing here points into a checkout: the same paths hold for
+an editable checkout and for a wheel installed into site-packages.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-#: The repository root: data files (fixture specs, the source manifest, GPU configs)
-#: are read from the checkout the harness is installed from (an editable install).
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from harness.resources import resource_path
+
+#: The directory holding the ``harness`` package (a checkout's root, or site-packages):
+#: the suites run with it as pytest's rootdir, so their node ids read
+#: ``harness/suites/test_<suite>.py::<test>`` wherever the harness is installed.
+SUITES_ROOTDIR = Path(__file__).resolve().parent.parent
+#: The suites' package directory, and how their node ids begin.
+SUITES_DIR = SUITES_ROOTDIR / "harness" / "suites"
+SUITES_NODEID_PREFIX = "harness/suites/"
+
+
+def suites_ini() -> Path:
+    """The suites' pytest settings (package data)."""
+    return resource_path("suites.ini")
 
 
 def cache_root(environ: os._Environ[str] | dict[str, str] | None = None) -> Path:
@@ -15,3 +31,13 @@ def cache_root(environ: os._Environ[str] | dict[str, str] | None = None) -> Path
     env = os.environ if environ is None else environ
     value = env.get("HARNESS_CACHE")
     return Path(value).expanduser() if value else Path.home() / ".cache" / "llama-harness"
+
+
+def suites_pytest_config(cwd: Path | None = None) -> list[str]:
+    """The pytest arguments that make every run of the suites alike: the rootdir above,
+    the packaged ``suites.ini`` as the only config (no pytest.ini or pyproject.toml near
+    the install or the working directory counts), and pytest's cache in the working
+    directory rather than in site-packages."""
+    here = Path.cwd() if cwd is None else cwd
+    return [f"--rootdir={SUITES_ROOTDIR}", "-c", str(suites_ini()),
+            "-o", f"cache_dir={here.absolute() / '.pytest_cache'}"]

@@ -27,7 +27,7 @@ from harness.errors import HarnessError
 from harness.facts.build import BuildInfo
 from harness.facts.gpu import GpuInfo
 from harness.files import write_json_atomic
-from harness.paths import REPO_ROOT, cache_root
+from harness.paths import SUITES_ROOTDIR, cache_root
 from harness.planning.container_plan import SERVER_PATH_IN_IMAGE
 from harness.probes.devices import list_devices
 from harness.probes.hardware import detect_hardware
@@ -84,7 +84,8 @@ class _NotReproducible(click.ClickException):
 @click.option("--rootdir", type=click.Path(path_type=Path, file_okay=False, exists=True),
               default=None,
               help="Where to run pytest (node ids are relative to it); default: the run's "
-                   "rootdir when it exists here, else this checkout.")
+                   "rootdir when it exists here, else the folder holding this harness "
+                   "package (a checkout's root, or site-packages).")
 @click.option("--alluredir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Keep the rerun's Allure results here (default: a temporary folder).")
 @click.pass_context
@@ -125,7 +126,7 @@ def _reproduce(*, failure: str | None, run_id: str | None, test: str | None,
         _print_commands(recorded, info, build, fixtures.root, external)
         rerun = Rerun(nodeid=recorded.nodeid,
                       rootdir=rootdir or rootdir_for(recorded.properties.get(ROOTDIR),
-                                                     REPO_ROOT),
+                                                     SUITES_ROOTDIR),
                       build_json=build_json, alluredir=alluredir or work / "allure-results",
                       planner_gpu=gpu, external=external,
                       image=(build.image_id or build.image) if build.image else None)

@@ -139,8 +139,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "attach every server start to this already running llama-server instead of "
                "starting one; its launch flags are yours", metavar="URL"),
     OptionSpec("known_flakes", "HARNESS_KNOWN_FLAKES", text,
-               "the reviewed known-flakes list (default: ci/known-flakes.yaml of the checkout "
-               "when it has one; `none` turns it off)", metavar="PATH"),
+               "the reviewed known-flakes list (default: the packaged "
+               "harness/resources/known-flakes.yaml; `none` turns it off)", metavar="PATH"),
 )
 
 

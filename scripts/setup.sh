@@ -26,9 +26,9 @@ fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 # Reinstall only when the dependency pins change.
 stamp=.venv/.harness-deps
-want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml harness/resources/constraints.txt | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
+  .venv/bin/python -m pip install -q --disable-pip-version-check -c harness/resources/constraints.txt -e '.[dev]'
   echo "$want" > "$stamp"
 fi
 

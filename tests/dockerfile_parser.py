@@ -1,4 +1,5 @@
-"""A small parser for the harness's Dockerfiles in ``ci/docker/`` (pure: text in, values out).
+"""A small parser for the harness's Dockerfiles in ``harness/resources/docker/`` (pure:
+text in, values out).
 
 Used by ``test_dockerfiles.py`` (``from dockerfile_parser import …``; pytest puts
 tests/ on the path). It reads what the tests need to know about a Dockerfile without

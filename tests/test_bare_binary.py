@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from checkout import REPO_ROOT
 
 from harness import modelgen
 from harness.builds.capabilities import bare_binary_info, bare_binary_key, parse_capabilities
@@ -26,7 +27,6 @@ from harness.errors import ConfigError
 from harness.facts.build import Backend, Capabilities
 from harness.facts.gpu import GpuInfo
 from harness.files import sha256_file
-from harness.paths import REPO_ROOT
 from harness.planning.launch_plan import PlanRequest, plan_launch
 from harness.probes.devices import infer_backend, parse_device_list
 from harness.probes.gguf_facts import read_model_facts
@@ -186,7 +186,7 @@ def test_a_session_on_a_bare_copy_of_the_cpu_build_passes_the_card_plans(
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q",
          f"--harness-build={bare}", f"--harness-run-record={run_json}",
-         "suites/test_plan_forwarding.py", "-k", "card"],
+         "harness/suites/test_plan_forwarding.py", "-k", "card"],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
     tail = done.stdout[-4000:] + done.stderr[-2000:]
     assert done.returncode == 0, tail

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 import test_vulkan_container
+from checkout import REPO_ROOT
 
 from harness.errors import BuildError
-from harness.paths import REPO_ROOT
 from harness.probes.devices import list_devices_in_image
 from harness.probes.docker_engine import docker_engine
 

@@ -3,7 +3,7 @@
 The formats' own tests (test_modelgen_specs, test_bundles, test_flakes, test_source,
 test_build_record, test_gpu_configs) check each file's messages; here are the shared
 rules (one line per problem, sorted, said once, the fix last), the schemas under
-``schemas/`` themselves, and the one format without a test file of its own: an older
+``resources/schemas/`` themselves, and the one format without a test file of its own: an older
 results service's ``report-state.json``.
 """
 

@@ -21,6 +21,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from checkout import REPO_ROOT
 
 from harness.device_check import (
     CARRY_LIMIT,
@@ -31,7 +32,6 @@ from harness.device_check import (
     unpack_wheels,
 )
 from harness.errors import ConfigError
-from harness.paths import REPO_ROOT
 
 SCRIPTS = REPO_ROOT / "ci" / "scripts"
 

@@ -1,4 +1,5 @@
-"""The per-backend Dockerfiles in ci/docker/, their parser, and the build args the harness passes.
+"""The per-backend Dockerfiles in harness/resources/docker/, their parser, and the build
+args the harness passes.
 
 Nothing here runs Docker. Each Dockerfile is parsed (``dockerfile_parser``, beside this file) and
 its CMake configure call, expanded with the build args ``container_build_args`` returns,

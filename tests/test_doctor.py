@@ -50,6 +50,7 @@ from harness.facts.cuda_toolkit import (
 from harness.probes import toolchain
 from harness.probes.gpu_configs import load_gpu_configs
 from harness.probes.gpu_tool_readers import GpuHealth, SeenGpu, nvml_failure
+from harness.resources.python_pins import read_constraints
 
 CONFIGS = load_gpu_configs()
 NO_NVIDIA = nvml_failure(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "NVML Shared Library Not Found")
@@ -166,7 +167,7 @@ def test_a_gpu_no_config_names_falls_to_a_bucket_loudly_but_does_not_fail() -> N
     assert config.detail.startswith("bucket fallback: no config names 'NVIDIA L4'; VRAM "
                                     "bucket 'mid' (18-28 GiB) for 23034 MiB lends rtx-3090's "
                                     "settings, not a tuned profile")
-    assert "configs/gpu/<card>.json" in config.fix
+    assert "harness/resources/gpu/<card>.json" in config.fix
     assert exit_code(rows) == 0
     assert verdict(rows, Backend.CUDA).startswith("doctor: a cuda run can go ahead")
 
@@ -284,11 +285,11 @@ def test_the_nvidia_container_runtime_matters_only_with_an_nvidia_gpu() -> None:
 
 
 def test_a_broken_gpu_config_fails_every_run() -> None:
-    rows = doctor_rows(_machine(gpu_configs=(), gpu_configs_problem="configs/gpu/x.json: "
+    rows = doctor_rows(_machine(gpu_configs=(), gpu_configs_problem="harness/resources/gpu/x.json: "
                                 "$.vram_gib: -1 is not allowed\nsecond problem"), None)
-    row = _row(rows, "GPU configs (configs/gpu)")
+    row = _row(rows, "GPU configs (harness/resources/gpu)")
     assert (row.status, row.detail) == (
-        Status.FAIL, "configs/gpu/x.json: $.vram_gib: -1 is not allowed (and 1 more)")
+        Status.FAIL, "harness/resources/gpu/x.json: $.vram_gib: -1 is not allowed (and 1 more)")
     assert exit_code(rows) == 1
 
 
@@ -344,7 +345,7 @@ def test_a_results_service_that_does_not_answer_is_a_problem(
 def test_constraints_pins_are_read_by_normalised_name(tmp_path: Path) -> None:
     path = tmp_path / "constraints.txt"
     path.write_text("SQLAlchemy==2.1.9\nallure_pytest==2.16.2  # report\n-e .\n")
-    assert gather._pins(path) == {"sqlalchemy": "2.1.9", "allure-pytest": "2.16.2"}
+    assert read_constraints(path) == {"sqlalchemy": "2.1.9", "allure-pytest": "2.16.2"}
 
 
 # --- the real command -----------------------------------------------------------------

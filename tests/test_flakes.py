@@ -35,7 +35,7 @@ def _doc(*entries: str) -> str:
     return "flakes:\n" + "".join(entries)
 
 
-def _entry(test: str = "suites/test_smoke.py::test_a", hardware: str = "any",
+def _entry(test: str = "harness/suites/test_smoke.py::test_a", hardware: str = "any",
            expires: str = "2027-01-31") -> str:
     return ENTRY.format(test=json.dumps(test), hardware=json.dumps(hardware), expires=expires)
 
@@ -84,8 +84,8 @@ def test_the_shipped_list_is_valid_and_empty() -> None:
 ])
 def test_a_malformed_file_names_file_entry_and_field(text: str, expected: str) -> None:
     with pytest.raises(KnownFlakesError) as caught:
-        parse_known_flakes(text, "ci/known-flakes.yaml")
-    assert str(caught.value).startswith("ci/known-flakes.yaml: ")
+        parse_known_flakes(text, "harness/resources/known-flakes.yaml")
+    assert str(caught.value).startswith("harness/resources/known-flakes.yaml: ")
     assert expected in str(caught.value)
 
 
@@ -96,7 +96,7 @@ def test_every_problem_is_named_at_once_with_the_fix() -> None:
     lines = str(caught.value).splitlines()
     assert [line.split(": ")[1] for line in lines[:-1]] == [
         "$.flakes[0].test", "$.flakes[1].expires"]
-    assert lines[-1] == "the fields are described at the top of ci/known-flakes.yaml"
+    assert lines[-1] == "the fields are described at the top of harness/resources/known-flakes.yaml"
 
 
 def test_the_schema_has_the_entry_fields() -> None:
@@ -119,19 +119,19 @@ def test_dates_quoted_or_not_and_an_empty_list_parse() -> None:
 
 def test_matching_by_node_id_glob_and_hardware() -> None:
     flakes = parse_known_flakes(_doc(
-        _entry(test="suites/test_offload_ladders.py::test_ladder[*]", hardware="*h200*"),
-        _entry(test="suites/test_smoke.py::test_fixture_serves[dense]",
+        _entry(test="harness/suites/test_offload_ladders.py::test_ladder[*]", hardware="*h200*"),
+        _entry(test="harness/suites/test_smoke.py::test_fixture_serves[dense]",
                hardware="* on AMD EPYC x2, host *"),
-        _entry(test="suites/test_routing.py::*", hardware="any"),
+        _entry(test="harness/suites/test_routing.py::*", hardware="any"),
     ), "f")
-    ladder = "suites/test_offload_ladders.py::test_ladder[moe-4]"
+    ladder = "harness/suites/test_offload_ladders.py::test_ladder[moe-4]"
     assert flakes.match(ladder, H200_BOX) is flakes.entries[0]  # GPU name, any case
     assert flakes.match(ladder, CPU_BOX) is None
-    smoke = "suites/test_smoke.py::test_fixture_serves[dense]"
+    smoke = "harness/suites/test_smoke.py::test_fixture_serves[dense]"
     assert flakes.match(smoke, CPU_BOX) is flakes.entries[1]  # the description
     assert flakes.match(smoke, H200_BOX) is None
-    assert flakes.match("suites/test_smoke.py::test_fixture_serves[moe]", CPU_BOX) is None
-    assert flakes.match("suites/test_routing.py::test_env_override", H200_BOX) is \
+    assert flakes.match("harness/suites/test_smoke.py::test_fixture_serves[moe]", CPU_BOX) is None
+    assert flakes.match("harness/suites/test_routing.py::test_env_override", H200_BOX) is \
         flakes.entries[2]
     assert flakes.entries[2].outcome_reason() == \
         "known flake: races the slot reset (https://issues.example.org/llama-harness/7)"

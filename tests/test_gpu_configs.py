@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from checkout import REPO_ROOT
 
 from harness.errors import ConfigError
 from harness.facts.build import Backend
@@ -26,7 +27,6 @@ from harness.facts.gpu import (
     SplitMode,
     Vendor,
 )
-from harness.paths import REPO_ROOT
 from harness.probes.gpu_configs import (
     GPU_CONFIG_DIR,
     KV_TYPES_PATH,
@@ -343,7 +343,7 @@ def test_every_duplicate_kv_name_is_reported_at_once(tmp_path: Path) -> None:
 
 
 def test_kv_types_default_path_is_in_the_repository() -> None:
-    assert REPO_ROOT / "configs" / "kv_types.json" == KV_TYPES_PATH
+    assert REPO_ROOT / "harness" / "resources" / "kv_types.json" == KV_TYPES_PATH
 
 
 def test_settings_fields_follow_the_registry_order() -> None:

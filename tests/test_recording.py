@@ -53,7 +53,7 @@ from harness.runners.subprocess_runner import SubprocessRunner
 from harness.supervise.supervisor import AttemptOutcome, LaunchSupervisor
 from harness.verdicts.failure import FailureClass
 
-NODE = "suites/test_x.py::test_y"
+NODE = "harness/suites/test_x.py::test_y"
 KEY = FigureKey(fixture="dense", backend="cpu", gpu="none", n_gpu_layers="default",
                 cache_type_k="default", cache_type_v="default", flash_attn="default",
                 offload="", n_prompt=32, n_gen=64)

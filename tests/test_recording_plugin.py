@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from checkout import REPO_ROOT
 
-from harness.paths import REPO_ROOT
 from harness.probes.hardware import detect_hardware
 from harness.results.run_record import RunRecord
 
 pytestmark = pytest.mark.server
 
-SMOKE = "suites/test_smoke.py::test_fixture_serves[dense]"
-ROUTING = "suites/test_routing.py::test_fused_dense_plan_arrives_on_the_server"
+SMOKE = "harness/suites/test_smoke.py::test_fixture_serves[dense]"
+ROUTING = "harness/suites/test_routing.py::test_fused_dense_plan_arrives_on_the_server"
 SERVER_ATTACHMENTS = ("server 1 argv", "server 1 verdicts", "server 1 /props",
                       "server 1 figures")
 

@@ -10,6 +10,7 @@ import ast
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import uuid
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 from allure_commons import utils as allure_utils
+from checkout import REPO_ROOT
 from click.testing import CliRunner
 
 from harness.errors import (
@@ -28,7 +30,14 @@ from harness.errors import (
     ToolMissingError,
 )
 from harness.report import allure_meta
-from harness.report.allure import ReportError, allure_command, generate_report, report_config
+from harness.report.allure import (
+    ALLURE_ENV,
+    ALLURE_VERSION,
+    ReportError,
+    allure_command,
+    generate_report,
+    report_config,
+)
 from harness.report.allure_meta import (
     CATEGORIES,
     categories_json,
@@ -254,7 +263,7 @@ REAL_MESSAGES: list[tuple[str, str, str, str, str | None]] = [
      + f"\n  attempt 1 (all layers on the GPU): {_DRAFT}", "", "broken",
      "Start failure: out-of-memory"),
     ("offload-suite", "AssertionError: assert {'blk.0.ffn_up_exps.weight'} == set()",
-     _ASSERTION_TRACE.format("suites/test_offload_ladders.py"), "failed", None),
+     _ASSERTION_TRACE.format("harness/suites/test_offload_ladders.py"), "failed", None),
     ("gpu-not-loaded", _message(AssertionError(gpu_verdict(_CPU_LOG, "cuda").reason)), "",
      "failed", "GPU use: not-loaded"),
     ("gpu-no-devices", _message(AssertionError(
@@ -264,7 +273,7 @@ REAL_MESSAGES: list[tuple[str, str, str, str, str | None]] = [
      "no cuda device", "", "failed", "Infrastructure / timeout"),
     ("plan", _message(_PLAN), "", "failed", "Plan-forwarding mismatch"),
     ("plan-suite", "AssertionError: assert 'rtx-4090' == 'rtx-3090'",
-     _ASSERTION_TRACE.format("suites/test_plan_forwarding.py"), "failed",
+     _ASSERTION_TRACE.format("harness/suites/test_plan_forwarding.py"), "failed",
      "Plan-forwarding mismatch"),
     ("other", "AssertionError: assert 1 == 2", "test_x.py:3: AssertionError", "failed", None),
     ("skipped", _message(BuildError("boom")), "", "skipped", None),
@@ -434,22 +443,86 @@ def test_allure_failure_shows_its_output(tiny_results: Path, tmp_path: Path) -> 
     assert not (tmp_path / "report").exists()
 
 
-def test_missing_cli_says_how_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ToolMissingError, match=r"not installed.*bash scripts/setup\.sh.*"
-                                               r"npm ci --no-audit --no-fund"):
-        allure_command(tmp_path)
-    package = tmp_path / "node_modules" / "allure"
+def _fake_allure(root: Path, version: str = ALLURE_VERSION) -> Path:
+    """An npm-style install under ``root``: the package and its ``.bin`` link."""
+    package = root / "node_modules" / "allure"
     package.mkdir(parents=True)
-    (package / "package.json").write_text('{"version": "3.0.0"}')
-    (tmp_path / "node_modules" / ".bin").mkdir()
-    (tmp_path / "node_modules" / ".bin" / "allure").write_text("")
-    (tmp_path / "package.json").write_text('{"devDependencies": {"allure": "3.18.0"}}')
+    (package / "package.json").write_text(json.dumps({"name": "allure", "version": version}))
+    (package / "cli.js").write_text("#!/usr/bin/env node\n")
+    (package / "cli.js").chmod(0o755)
+    link = root / "node_modules" / ".bin" / "allure"
+    link.parent.mkdir()
+    link.symlink_to("../allure/cli.js")
+    return package / "cli.js"
+
+
+@pytest.fixture
+def node_only_path(tmp_path: Path) -> str:
+    """A PATH on which there is node and nothing else."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed (apt-get install nodejs)")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "node").symlink_to(node)
+    return str(bin_dir)
+
+
+def test_the_cli_is_found_in_node_modules_of_the_working_directory_or_above(
+        tmp_path: Path, node_only_path: str) -> None:
+    cli = _fake_allure(tmp_path / "project")
+    deep = tmp_path / "project" / "a" / "b"
+    deep.mkdir(parents=True)
+    command = allure_command({"PATH": node_only_path}, deep)
+    assert command == [str(Path(node_only_path) / "node"), str(cli.resolve())]
+
+
+def test_harness_allure_comes_first_and_a_wrong_one_is_named(
+        tmp_path: Path, node_only_path: str) -> None:
+    _fake_allure(tmp_path / "project")
+    chosen = _fake_allure(tmp_path / "elsewhere")
+    env = {"PATH": node_only_path, ALLURE_ENV: str(chosen)}
+    assert allure_command(env, tmp_path / "project")[-1] == str(chosen.resolve())
+    env[ALLURE_ENV] = str(tmp_path / "nothing-here")
+    with pytest.raises(ToolMissingError, match=rf"{ALLURE_ENV}=.*nothing-here: no such file"):
+        allure_command(env, tmp_path / "project")
+
+
+def test_the_cli_on_path_is_used_when_no_node_modules_has_one(
+        tmp_path: Path, node_only_path: str) -> None:
+    cli = _fake_allure(tmp_path / "global")
+    (Path(node_only_path) / "allure").symlink_to(cli)
+    assert allure_command({"PATH": node_only_path}, tmp_path)[-1] == str(cli.resolve())
+
+
+def test_a_missing_cli_names_the_install_command_and_the_setting(
+        tmp_path: Path, node_only_path: str) -> None:
+    with pytest.raises(ToolMissingError) as caught:
+        allure_command({"PATH": node_only_path}, tmp_path)
+    message = str(caught.value)
+    assert "the Allure report CLI is not installed" in message
+    assert f"npm install allure@{ALLURE_VERSION}" in message
+    assert f"set {ALLURE_ENV}" in message
+    assert "bash scripts/setup.sh" in message
+
+
+def test_another_allure_version_is_refused(tmp_path: Path, node_only_path: str) -> None:
+    _fake_allure(tmp_path, version="3.0.0")
     with pytest.raises(ToolMissingError, match=re.escape(
-            "has allure 3.0.0 but package.json pins 3.18.0")):
-        allure_command(tmp_path)
-    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
+            f"is allure 3.0.0, but the harness is made for allure {ALLURE_VERSION}")):
+        allure_command({"PATH": node_only_path}, tmp_path)
+
+
+def test_without_node_the_message_says_to_install_it(tmp_path: Path) -> None:
     with pytest.raises(ToolMissingError, match="node is not installed"):
-        allure_command()
+        allure_command({"PATH": str(tmp_path / "no-bin")}, tmp_path)
+
+
+def test_package_json_and_its_lock_pin_the_release_the_harness_is_made_for() -> None:
+    manifest = json.loads((REPO_ROOT / "package.json").read_text())
+    lock = json.loads((REPO_ROOT / "package-lock.json").read_text())
+    assert manifest["dependencies"]["allure"] == ALLURE_VERSION
+    assert lock["packages"]["node_modules/allure"]["version"] == ALLURE_VERSION
 
 
 def test_config_single_file_and_history(tmp_path: Path) -> None:

@@ -52,14 +52,14 @@ def _full_run(run_id: str = "run-full") -> RunRecord:
         build=BuildRef(backend="cuda", version="version: 5001 (1234abcd)",
                        source_digest="f" * 64, build_key="cuda-feedbeef",
                        image_digest="sha256:" + "a" * 64),
-        outcomes=[outcome("suites/test_smoke.py::test_ready", duration_s=1.25),
-                  outcome("suites/test_smoke.py::test_bad", "failed",
+        outcomes=[outcome("harness/suites/test_smoke.py::test_ready", duration_s=1.25),
+                  outcome("harness/suites/test_smoke.py::test_bad", "failed",
                           message="AssertionError: 3 != 4\nsecond line | pipe"),
-                  outcome("suites/test_gpu_unused.py::test_x", "skipped", message=None)],
+                  outcome("harness/suites/test_gpu_unused.py::test_x", "skipped", message=None)],
         figures=[fig("decode_tps", 1234.5678),
                  fig("decode_tps", 1230.0),
                  fig("ttft_ms", 12.0625, key=figure_key(n_prompt=512, flash_attn="on")),
-                 fig("kv_mib", 64.0, test_id="suites/test_kv.py::test_size",
+                 fig("kv_mib", 64.0, test_id="harness/suites/test_kv.py::test_size",
                      key=figure_key(cache_type_k="q8_0", offload="moe-cpu"))],
         labels={"ci": "nightly", "pr": "1234"})
 

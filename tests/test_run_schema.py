@@ -79,10 +79,10 @@ def _bare_full_run() -> RunRecord:
         build=BuildRef(backend="cuda", version="version: 5001 (1234abcd)",
                        source_digest="f" * 64, build_key="cuda-feedbeef",
                        image_digest="sha256:" + "a" * 64),
-        outcomes=[outcome("suites/test_smoke.py::test_ready", duration_s=1.25),
-                  outcome("suites/test_smoke.py::test_bad", "failed",
+        outcomes=[outcome("harness/suites/test_smoke.py::test_ready", duration_s=1.25),
+                  outcome("harness/suites/test_smoke.py::test_bad", "failed",
                           message="AssertionError: 3 != 4\nsecond line | pipe"),
-                  outcome("suites/test_gpu.py::test_x[q8_0-fa]", "skipped", message=None)],
+                  outcome("harness/suites/test_gpu.py::test_x[q8_0-fa]", "skipped", message=None)],
         figures=[fig("decode_tps", 1234.5678), fig("ttft_ms", 12.0625,
                                                    key=figure_key(n_prompt=512)),
                  fig("kv_mib", 64.0, key=figure_key(cache_type_k="q8_0", offload="moe"))],
@@ -139,12 +139,12 @@ def test_the_schema_names_exactly_the_fields_of_each_record(schema: dict[str, An
 
 def _harness_written_runs() -> list[RunRecord]:
     tally = OutcomeTally()
-    tally.add("suites/test_a.py::test_ok", "call", "passed", 0.25)
-    tally.add("suites/test_a.py::test_skip", "setup", "skipped", 0.0, message="no GPU")
-    tally.add("suites/test_a.py::test_xf", "call", "skipped", 0.1, wasxfail=True)
-    tally.add("suites/test_a.py::test_xp", "call", "passed", 0.1, wasxfail=True)
-    tally.add("suites/test_a.py::test_bad", "call", "failed", 1.5, message="assert 1 == 2")
-    tally.add("suites/test_a.py::test_fixture", "setup", "failed", 0.0, message="boom")
+    tally.add("harness/suites/test_a.py::test_ok", "call", "passed", 0.25)
+    tally.add("harness/suites/test_a.py::test_skip", "setup", "skipped", 0.0, message="no GPU")
+    tally.add("harness/suites/test_a.py::test_xf", "call", "skipped", 0.1, wasxfail=True)
+    tally.add("harness/suites/test_a.py::test_xp", "call", "passed", 0.1, wasxfail=True)
+    tally.add("harness/suites/test_a.py::test_bad", "call", "failed", 1.5, message="assert 1 == 2")
+    tally.add("harness/suites/test_a.py::test_fixture", "setup", "failed", 0.0, message="boom")
     figures = [fig(metric, 1.5) for metric in sorted(METRICS)]
     return [
         make_run("bare"), make_run("gpu", hardware=GPU_BOX), _full_run(), _bare_full_run(),
@@ -292,7 +292,7 @@ def test_nesting_up_to_the_limit_is_parsed() -> None:
 
 
 @pytest.mark.parametrize(("change", "field", "words"), [
-    (lambda b: b["outcomes"][1].update(test_id=["suites/x.py::t"]), "$.outcomes[1].test_id",
+    (lambda b: b["outcomes"][1].update(test_id=["harness/suites/x.py::t"]), "$.outcomes[1].test_id",
      "expected a string"),
     (lambda b: b["outcomes"][1].update(message={"text": "x"}), "$.outcomes[1].message",
      "expected a string or null"),

@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from checkout import allure_missing
 from results_fixtures import (  # noqa: F401 - store_url is a fixture
     CPU_BOX,
     GPU_BOX,
@@ -30,7 +31,6 @@ from results_fixtures import (  # noqa: F401 - store_url is a fixture
     store_url,
 )
 
-from harness.paths import REPO_ROOT
 from harness.required import skip_unless_present
 from harness.results.run_record import RunRecord
 from harness.results.store import ResultsStore, open_store
@@ -441,13 +441,11 @@ def test_an_upload_brings_the_files_of_a_run_stored_without_them(service: Servic
 
 
 def _allure_available() -> str | None:
-    if not (REPO_ROOT / "node_modules" / ".bin" / "allure").exists():
-        return "node_modules/.bin/allure is missing; run `npm ci` in the repository root"
     try:
         import harness.report.allure  # noqa: F401, PLC0415
     except ImportError as exc:
         return f"harness.report.allure is not importable: {exc}"
-    return None
+    return allure_missing()
 
 
 def test_real_allure_report_is_made_and_served(tmp_path: Path) -> None:

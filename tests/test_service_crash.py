@@ -29,6 +29,7 @@ import httpx
 import psutil
 import pytest
 import service_helpers
+from checkout import allure_missing
 from results_fixtures import (  # noqa: F401 - store_url is a fixture
     at,
     make_run,
@@ -37,7 +38,6 @@ from results_fixtures import (  # noqa: F401 - store_url is a fixture
 )
 from test_service import AUTH, GZIP, TOKEN, bundle_bytes, write_allure_results
 
-from harness.paths import REPO_ROOT
 from harness.report.allure import ReportError, _run_allure
 from harness.results.run_record import RunRecord
 from harness.results.store import open_store
@@ -56,9 +56,8 @@ BIG_RESULTS = 3000
 #: ``.old-`` swaps, and the CLI's temporary folder.
 _LEFTOVER = re.compile(r"(\.\.?report\..*|.*\.(new|old)-[0-9a-f]+|harness-report-.*|.*partial.*)")
 
-needs_allure = pytest.mark.skipif(
-    not (REPO_ROOT / "node_modules" / ".bin" / "allure").exists(),
-    reason="node_modules/.bin/allure is missing; run `npm ci` in the repository root")
+needs_allure = pytest.mark.skipif(allure_missing() is not None,
+                                  reason=f"no Allure 3 CLI: {allure_missing()}")
 
 
 @dataclass

@@ -93,8 +93,9 @@ workers=${HARNESS_DEVICE_WORKERS:-$(( cores / 2 > 0 ? cores / 2 : 1 ))}
 # The dry run has no GPU to demand: it proves every other step on the CPU build.
 require=cuda
 [ -z "$dry_run" ] || require=""
-suites=(suites/test_gpu_unused.py suites/test_plan_forwarding.py suites/test_offload_ladders.py
-        suites/test_performance.py suites/test_smoke.py)
+suites=(harness/suites/test_gpu_unused.py harness/suites/test_plan_forwarding.py
+        harness/suites/test_offload_ladders.py harness/suites/test_performance.py
+        harness/suites/test_smoke.py)
 step "suites (require GPU: ${require:-none}, $workers workers, budget ${HARNESS_DEVICE_BUDGET_S:-240}s)"
 # The plugin is registered by the harness's entry point where it is installed; from the
 # carried checkout it is named on the command line instead.

@@ -6,7 +6,7 @@
 #   ci/scripts/nightly.sh BACKEND BUNDLE GPU_CONFIG [PYTEST_ARGS...]
 #
 # BUNDLE is a bundle name (fused-dense, fused-mtp) or `all`; GPU_CONFIG a name from
-# configs/gpu/*.json or `all`. The suites take no bundle or card option, so both are
+# harness/resources/gpu/*.json or `all`. The suites take no bundle or card option, so both are
 # test selectors: tests parametrized by *another* bundle or card (their ids name it,
 # e.g. test_bundle_plan_reaches_the_server[fused-mtp],
 # test_card_flag_set_scaled_to_the_fixture[h200]) are deselected with -k; every other

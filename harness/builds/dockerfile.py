@@ -1,4 +1,5 @@
-"""Where the harness's per-backend Dockerfiles live (``ci/docker/<backend>.Dockerfile``).
+"""Where the harness's per-backend Dockerfiles live: package data,
+``harness/resources/docker/<backend>.Dockerfile``.
 
 The container build reads the file it names; the tests' parser of these files is
 ``tests/dockerfile_parser.py``, since nothing in production needs to read one.
@@ -9,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.facts.build import Backend
-from harness.paths import REPO_ROOT
+from harness.resources import resource_path
 
-#: Where the per-backend Dockerfiles live: ``ci/docker/<backend>.Dockerfile``.
-DOCKERFILE_DIR = REPO_ROOT / "ci" / "docker"
+#: Where the per-backend Dockerfiles live: ``<backend>.Dockerfile`` in the package data.
+DOCKERFILE_DIR = resource_path("docker")
 
 
 def dockerfile_path(backend: Backend) -> Path:

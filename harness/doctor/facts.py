@@ -36,6 +36,8 @@ class AllureFacts:
     version: str | None
     #: ``allure_command()``'s refusal (names the problem and the fix).
     problem: str | None = None
+    #: The CLI that runs (``$HARNESS_ALLURE``, node_modules, or ``PATH``).
+    path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -128,5 +130,5 @@ class DoctorFacts:
     #: What each GPU backend's vendor tool sees.
     gpus: Mapping[Backend, GpuHealth] = field(default_factory=_no_gpus)
     gpu_configs: tuple[GpuConfig, ...] = ()
-    #: Why configs/gpu could not be loaded, None when it was.
+    #: Why harness/resources/gpu could not be loaded, None when it was.
     gpu_configs_problem: str | None = None

@@ -10,7 +10,6 @@ from __future__ import annotations
 import getpass
 import grp
 import importlib.metadata
-import json
 import os
 import re
 import shutil
@@ -38,14 +37,15 @@ from harness.doctor.facts import (
 from harness.errors import HarnessError
 from harness.facts.build import GPU_BACKENDS, Backend
 from harness.facts.cuda_toolkit import CudaToolkit
-from harness.paths import REPO_ROOT, cache_root
+from harness.paths import cache_root
 from harness.probes.cuda_toolkit import find_cuda_toolkit
 from harness.probes.docker_engine import docker_engine
 from harness.probes.gpu_access import host_group_id, readable_and_writable
 from harness.probes.gpu_configs import load_gpu_configs
 from harness.probes.gpu_health import probe_gpus
 from harness.probes.toolchain import compiler_version
-from harness.report.allure import allure_command
+from harness.report.allure import allure_command, installed_version
+from harness.resources.python_pins import normal_name, read_constraints
 from harness.results.store import open_store
 from harness.results.store_backends import default_url, display_url
 
@@ -69,7 +69,8 @@ def gather_facts() -> DoctorFacts:
     return DoctorFacts(
         python_version=".".join(str(p) for p in sys.version_info[:3]),
         python_executable=sys.executable,
-        packages=tuple(_package(name, pins) for pins in [_pins()] for name in KEY_PACKAGES),
+        packages=tuple(_package(name, pins)
+                       for pins in [read_constraints()] for name in KEY_PACKAGES),
         cmake=_tool("cmake"),
         compiler=Tool("c++", shutil.which("c++"),
                       compiler_version() if shutil.which("c++") else None),
@@ -91,30 +92,12 @@ def gather_facts() -> DoctorFacts:
     )
 
 
-def _pins(path: Path = REPO_ROOT / "constraints.txt") -> dict[str, str]:
-    """``name==version`` lines of constraints.txt, by normalised name."""
-    try:
-        text = path.read_text()
-    except OSError:
-        return {}
-    pins = {}
-    for line in text.splitlines():
-        name, sep, version = line.split("#", 1)[0].strip().partition("==")
-        if sep:
-            pins[_normalise(name)] = version.strip()
-    return pins
-
-
-def _normalise(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def _package(name: str, pins: dict[str, str]) -> Package:
     try:
         version: str | None = importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         version = None
-    return Package(name, version, pins.get(_normalise(name)))
+    return Package(name, version, pins.get(normal_name(name)))
 
 
 def _tool(program: str) -> Tool:
@@ -142,16 +125,10 @@ def _nvcc(cuda: CudaToolkit) -> Tool:
 
 def _allure() -> AllureFacts:
     try:
-        allure_command()
+        command = allure_command()
     except HarnessError as exc:
         return AllureFacts(None, str(exc))
-    try:
-        manifest = json.loads((REPO_ROOT / "node_modules" / "allure" / "package.json")
-                              .read_text())
-        version = str(manifest.get("version"))
-    except (OSError, ValueError):
-        version = "?"
-    return AllureFacts(version)
+    return AllureFacts(installed_version(Path(command[-1])) or "?", path=command[-1])
 
 
 def _docker() -> DockerFacts:

@@ -1,4 +1,4 @@
-"""Where the fixture data lives in the repository, and loading all of it at once."""
+"""Where the fixture data lives in the package, and loading all of it at once."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from pathlib import Path
 from harness.modelgen.bundle_specs import BundleSpec, load_bundle_specs
 from harness.modelgen.specs import FixtureSpec, load_fixture_specs
 from harness.modelgen.writer import WRITER_VERSION
-from harness.paths import REPO_ROOT
+from harness.resources import resource_path
 
 SPECS_SUBDIR = "specs"
 BUNDLES_SUBDIR = "bundles"
 
 
 def fixture_spec_dir() -> Path:
-    """``fixtures/models`` in the checkout: specs, bundle specs and the hash record."""
-    return REPO_ROOT / "fixtures" / "models"
+    """The package data's ``fixtures/``: specs, bundle specs and the hash record."""
+    return resource_path("fixtures")
 
 
 def spec_names(subdir: str) -> tuple[str, ...]:

@@ -1,10 +1,10 @@
-"""Recorded fixture hashes: ``fixtures/models/sha256.json`` and file hashing.
+"""Recorded fixture hashes: ``harness/resources/fixtures/sha256.json`` and file hashing.
 
 The record maps each fixture file's path relative to a fixture root (for example
 ``models/dense.gguf``, ``bundles/fused-dense/manifest.json``) to its sha256. It is
 written by ``harness fixtures --record`` and committed, so a change in the writer's output shows
 up as a diff and every machine can check its cached files against it. Reading checks it
-against schemas/fixture-hashes.schema.json.
+against harness/resources/schemas/fixture-hashes.schema.json.
 """
 
 from __future__ import annotations

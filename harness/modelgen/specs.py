@@ -3,7 +3,7 @@
 A spec is either a *model* (shape, vocab and seed of a GGUF the writer generates) or a
 *truncated copy* of another fixture (a corrupt file for the drafter-fallback path).
 Everything the writer needs is checked here, so a spec that loads is a spec that writes:
-keys, types and what each architecture needs by schemas/fixture-spec.schema.json, the
+keys, types and what each architecture needs by resources/schemas/fixture-spec.schema.json, the
 arithmetic between fields and the names of other fixtures in code, in the same words.
 """
 
@@ -105,7 +105,7 @@ class FixtureSpec:
 
 #: The spec format: which keys, of which types, for which architecture.
 SCHEMA = schema_file("fixture-spec")
-_FIX = "fixtures/models/README.md (Spec fields) describes every key"
+_FIX = "harness/resources/fixtures/README.md (Spec fields) describes every key"
 
 
 def load_fixture_spec(path: Path) -> FixtureSpec:

@@ -1,6 +1,6 @@
 """Reads a fused bundle directory into a :class:`Bundle`, strictly.
 
-The manifest is checked against schemas/bundle-manifest.schema.json (the fields of
+The manifest is checked against harness/resources/schemas/bundle-manifest.schema.json (the fields of
 :class:`CatalogEntry`); the files it names must be there.
 """
 
@@ -17,7 +17,7 @@ from harness.facts.catalog import MANIFEST_NAME, Bundle, CatalogEntry
 #: The manifest format: exactly CatalogEntry's fields.
 SCHEMA = schema_file("bundle-manifest")
 _FIX = ("a fixture bundle's manifest is written by `harness fixtures`; "
-        "fixtures/models/README.md describes the layout")
+        "harness/resources/fixtures/README.md describes the layout")
 
 
 def load_bundle(root: Path) -> Bundle:

@@ -1,4 +1,5 @@
-"""Loading the per-GPU configs (configs/gpu/*.json) and the fork KV types (configs/kv_types.json).
+"""Loading the per-GPU configs (harness/resources/gpu/*.json) and the fork KV types
+(harness/resources/kv_types.json).
 
 Each file is validated against its JSON schema (draft 2020-12) through harness/data_schema,
 and every problem is reported at once: the file, the JSON path
@@ -31,12 +32,12 @@ from harness.facts.gpu import (
     Supports,
     Vendor,
 )
-from harness.paths import REPO_ROOT
+from harness.resources import resource_path
 
-GPU_CONFIG_DIR = REPO_ROOT / "configs" / "gpu"
+GPU_CONFIG_DIR = resource_path("gpu")
 GPU_SCHEMA_NAME = "schema.json"
-KV_TYPES_PATH = REPO_ROOT / "configs" / "kv_types.json"
-KV_TYPES_SCHEMA_PATH = REPO_ROOT / "configs" / "kv_types.schema.json"
+KV_TYPES_PATH = resource_path("kv_types.json")
+KV_TYPES_SCHEMA_PATH = resource_path("kv_types.schema.json")
 
 
 def load_gpu_configs(directory: Path | None = None) -> tuple[GpuConfig, ...]:

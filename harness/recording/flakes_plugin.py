@@ -20,11 +20,11 @@ import allure
 import pytest
 
 from harness.flakes import KnownFlakes, KnownFlakesError, load_known_flakes
-from harness.paths import REPO_ROOT
 from harness.probes.hardware import detect_hardware
+from harness.resources import resource_path
 from harness.results.run_record import Hardware
 
-DEFAULT_PATH = REPO_ROOT / "ci" / "known-flakes.yaml"
+DEFAULT_PATH = resource_path("known-flakes.yaml")
 #: Values of --harness-known-flakes that turn the list off (``harness repro`` does).
 DISABLED = ("", "none")
 LABEL = "known_flake"

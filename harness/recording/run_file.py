@@ -17,7 +17,6 @@ from pathlib import Path
 
 from harness.facts.build import BuildInfo
 from harness.files import write_json_atomic
-from harness.paths import REPO_ROOT
 from harness.results.run_record import BuildRef, Figure, FigureKey, Hardware, RunRecord, TestOutcome
 
 
@@ -36,7 +35,7 @@ def new_run_id(environ: Mapping[str, str] = os.environ) -> str:
 
 def _git(*args: str) -> str | None:
     try:
-        done = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+        done = subprocess.run(["git", *args], capture_output=True, text=True,
                               timeout=10, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None

@@ -1,4 +1,9 @@
-"""Render allure-pytest results with the pinned Allure Report 3 CLI (``package.json``).
+"""Render allure-pytest results with the pinned Allure Report 3 CLI (``ALLURE_VERSION``).
+
+The CLI is ``$HARNESS_ALLURE`` when set (its path), else ``node_modules/.bin/allure`` in
+the working directory or a folder above it (a checkout after ``scripts/setup.sh``, or any
+folder after ``npm install allure@VERSION``), else ``allure`` on ``PATH``; a CLI of
+another version is refused.
 
 The config is generated per run (``allurerc.json`` in a temporary folder, never in the
 checkout): the Awesome report, the harness's failure categories, and ``historyPath`` —
@@ -28,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,12 +41,16 @@ from typing import Any
 from filelock import FileLock
 
 from harness.errors import HarnessError, ToolMissingError
-from harness.paths import REPO_ROOT
 from harness.report.allure_meta import categories_json
 from harness.report.staging import HistoryUnreadableError, repair_history, stage_results
 
 DEFAULT_REPORT_NAME = "llama-server regression harness"
-#: The command that installs the pinned CLI from package-lock.json.
+#: The Allure 3 release the report's config and categories are written for; package.json
+#: and package-lock.json pin the same one (tests/test_report.py keeps them equal).
+ALLURE_VERSION = "3.18.0"
+#: The setting that names the CLI to run (a path), ahead of any other place.
+ALLURE_ENV = "HARNESS_ALLURE"
+#: The command that installs the pinned CLI in a checkout, from package-lock.json.
 NPM_INSTALL = "npm ci --no-audit --no-fund"
 #: Group the report's tree as allure-pytest labels the tests: package, module, class.
 GROUP_BY = ("parentSuite", "suite", "subSuite")
@@ -63,42 +72,82 @@ class ReportResult:
     tests: int
 
 
-def allure_command(repo_root: Path = REPO_ROOT) -> list[str]:
-    """``node <repo>/node_modules/.bin/allure``, checked against the pin in package.json."""
-    node = shutil.which("node")
-    fix = f"run `bash scripts/setup.sh` (or `{NPM_INSTALL}` in {repo_root})"
+def allure_command(environ: Mapping[str, str] | None = None,
+                   cwd: Path | None = None) -> list[str]:
+    """The command that runs the Allure 3 CLI, found as the module docstring says.
+
+    Refuses with the install command when node or the CLI is missing, and when the CLI
+    found is not the pinned version (reports differ between Allure releases).
+    """
+    env = os.environ if environ is None else environ
+    node = shutil.which("node", path=env.get("PATH"))
     if node is None:
         raise ToolMissingError(f"node is not installed, and the Allure report CLI runs on it; "
                                f"install Node.js 20 (Debian: `apt-get install nodejs npm`), "
-                               f"then {fix}")
-    cli = repo_root / "node_modules" / ".bin" / "allure"
-    installed = _version(repo_root / "node_modules" / "allure" / "package.json")
-    if not cli.exists() or installed is None:
-        raise ToolMissingError(f"the Allure report CLI is not installed ({cli} is missing); "
-                               f"{fix}")
-    pinned = _pinned(repo_root / "package.json")
-    if pinned is not None and pinned != installed:
-        raise ToolMissingError(f"node_modules has allure {installed} but package.json pins "
-                               f"{pinned}; {fix}")
-    return [node, str(cli)]
+                               f"then {_install_hint()}")
+    cli = find_allure_cli(env, Path.cwd() if cwd is None else cwd)
+    installed = installed_version(cli)
+    if installed is not None and installed != ALLURE_VERSION:
+        raise ToolMissingError(f"{cli} is allure {installed}, but the harness is made for "
+                               f"allure {ALLURE_VERSION}; {_install_hint()}")
+    return [node, str(cli.resolve())] if _runs_on_node(cli) else [str(cli)]
 
 
-def _version(package_json: Path) -> str | None:
+def find_allure_cli(environ: Mapping[str, str], cwd: Path) -> Path:
+    """``$HARNESS_ALLURE``, else ``node_modules/.bin/allure`` in ``cwd`` or a folder
+    above it (where ``npm install`` puts it), else ``allure`` on ``PATH``."""
+    given = environ.get(ALLURE_ENV)
+    if given:
+        path = Path(given).expanduser()
+        if not path.is_file():
+            raise ToolMissingError(f"{ALLURE_ENV}={given}: no such file; point it at the "
+                                   f"Allure 3 CLI (node_modules/.bin/allure) or unset it")
+        return path
+    for folder in (cwd, *cwd.parents):
+        local = folder / "node_modules" / ".bin" / "allure"
+        if local.exists():
+            return local
+    on_path = shutil.which("allure", path=environ.get("PATH"))
+    if on_path is not None:
+        return Path(on_path)
+    raise ToolMissingError(f"the Allure report CLI is not installed (no {ALLURE_ENV}, no "
+                           f"node_modules/.bin/allure in {cwd} or above it, no `allure` "
+                           f"on PATH); {_install_hint()}")
+
+
+def installed_version(cli: Path) -> str | None:
+    """The version in the package.json of the ``allure`` package that ``cli`` belongs
+    to (npm links ``.bin/allure`` into it); None when it cannot be told."""
     try:
-        version = json.loads(package_json.read_text()).get("version")
-    except (OSError, ValueError, AttributeError):
+        resolved = cli.resolve(strict=True)
+    except OSError:
         return None
-    return version if isinstance(version, str) else None
+    for folder in resolved.parents:
+        try:
+            manifest = json.loads((folder / "package.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(manifest, dict) and manifest.get("name") == "allure":
+            version = manifest.get("version")
+            return version if isinstance(version, str) else None
+    return None
 
 
-def _pinned(package_json: Path) -> str | None:
+def _runs_on_node(cli: Path) -> bool:
+    """npm's CLIs are JavaScript files (``#!/usr/bin/env node``): run them with the node
+    found above, so a PATH without node in the child still works."""
     try:
-        manifest = json.loads(package_json.read_text())
-        pinned = {**manifest.get("dependencies", {}),
-                  **manifest.get("devDependencies", {})}.get("allure")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return pinned if isinstance(pinned, str) else None
+        with cli.resolve().open("rb") as handle:
+            first = handle.readline(200)
+    except OSError:
+        return False
+    return cli.resolve().suffix in {".js", ".mjs", ".cjs"} or b"node" in first
+
+
+def _install_hint() -> str:
+    return (f"install it with `npm install allure@{ALLURE_VERSION}` in the working "
+            f"directory (a checkout: `bash scripts/setup.sh`, which runs `{NPM_INSTALL}`), "
+            f"or set {ALLURE_ENV} to the CLI's path")
 
 
 def report_config(output_dir: Path, *, report_name: str, single_file: bool,
@@ -126,7 +175,6 @@ def report_config(output_dir: Path, *, report_name: str, single_file: bool,
 
 def generate_report(results_dir: Path, output_dir: Path, *, history_path: Path | None = None,
                     single_file: bool = False, report_name: str = DEFAULT_REPORT_NAME,
-                    repo_root: Path = REPO_ROOT,
                     timeout_s: float = DEFAULT_TIMEOUT_S,
                     temp_root: Path | None = None) -> ReportResult:
     """Render ``results_dir`` into ``output_dir`` (replaced); see the module docstring.
@@ -138,7 +186,7 @@ def generate_report(results_dir: Path, output_dir: Path, *, history_path: Path |
     output_dir = output_dir.resolve()
     _check_results_dir(results_dir)
     _check_replaceable(output_dir)
-    command = allure_command(repo_root)
+    command = allure_command()
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     if temp_root is not None:
         temp_root.mkdir(parents=True, exist_ok=True)

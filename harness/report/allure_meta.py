@@ -159,7 +159,7 @@ def _suite_assertion(suite_file: str) -> str:
 
 PLAN_FORWARDING = Category("Plan-forwarding mismatch", (
     Matcher(message_regex=_any(
-        # suites/test_plan_forwarding.py and harness/verdicts/plan_check.py Mismatch.
+        # harness/suites/test_plan_forwarding.py and harness/verdicts/plan_check.py Mismatch.
         r"the server does not report the plan",
         r"\S+: planned .+, observed ",
     )),

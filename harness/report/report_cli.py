@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from harness.paths import REPO_ROOT, cache_root
+from harness.paths import cache_root
 from harness.report.allure import generate_report
 
 HISTORY_ENV = "HARNESS_ALLURE_HISTORY"
@@ -27,10 +27,11 @@ def default_history_path(environ: dict[str, str] | None = None) -> Path:
 
 @click.command("report")
 @click.option("--results", "results_dir", type=click.Path(path_type=Path, file_okay=False),
-              default=REPO_ROOT / "allure-results", show_default=True,
-              help="The allure-results folder the suites wrote (--alluredir).")
+              default=Path("allure-results"), show_default=True,
+              help="The allure-results folder the suites wrote (--alluredir; relative: to "
+                   "the working directory).")
 @click.option("--output", "output_dir", type=click.Path(path_type=Path, file_okay=False),
-              default=REPO_ROOT / "allure-report", show_default=True,
+              default=Path("allure-report"), show_default=True,
               help="Where the report goes; an earlier report there is replaced.")
 @click.option("--history", "history_path", type=click.Path(path_type=Path, dir_okay=False),
               default=None,

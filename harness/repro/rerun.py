@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.facts.gpu import GpuInfo
+from harness.paths import SUITES_NODEID_PREFIX, suites_ini
 from harness.repro.properties import format_gpu_spec
 from harness.repro.recorded_failure import NODEID_LABEL, RecordedFailure, first_line, labels
 
@@ -41,6 +42,9 @@ class Rerun:
                 f"--alluredir={self.alluredir}", f"--harness-build={self.build_json}",
                 # A known flake is turned into an xfail in CI; here its failure is the point.
                 "--harness-known-flakes=none", "-p", "no:cacheprovider"]
+        if self.nodeid.startswith(SUITES_NODEID_PREFIX):
+            # The suites' own settings, as `harness run` ran them (harness/paths.py).
+            argv += ["-c", str(suites_ini())]
         if self.planner_gpu is not None:
             argv.append(f"--harness-planner-gpu={format_gpu_spec(self.planner_gpu)}")
         if self.external is not None:
@@ -116,7 +120,7 @@ def verdict(recorded: RecordedFailure, outcome: Outcome | None) -> tuple[bool, s
 
 
 def rootdir_for(recorded: str | None, fallback: Path) -> Path:
-    """The run's rootdir when it exists here (same checkout), else this checkout."""
+    """The run's rootdir when it exists here (same checkout), else ``fallback``."""
     if recorded and Path(recorded).is_dir():
         return Path(recorded)
     return fallback

@@ -64,7 +64,7 @@ class ReportGenerator(Protocol):
 
 def allure_generator(results_dir: Path, output_dir: Path, *, history_path: Path,
                      report_name: str) -> Sequence[str]:
-    """The default generator: the Allure 3 CLI from the repository's node_modules."""
+    """The default generator: the Allure 3 CLI that ``allure_command()`` finds."""
     # Imported here so the service starts (and reports the failure per run) even where
     # the report module or node is missing.
     from harness.report.allure import generate_report  # noqa: PLC0415

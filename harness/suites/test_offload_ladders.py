@@ -11,6 +11,9 @@ names every tensor an override sent to the CPU (``tensor blk.0.ffn_gate_exps.wei
 On a CPU build the OOM injector stands in for the GPU; the tests marked ``gpu`` produce
 a real out-of-memory start on a GPU runner instead (``--fit off``, every layer on the
 GPU, a KV cache larger than the device: DESIGN.md's measured recipe, sized to the device).
+
+The module stays whole: it is one suite (one capability, one Allure suite label), and its
+tests share the scaled facts and the fixtures above.
 """
 
 from __future__ import annotations
