@@ -154,9 +154,15 @@ def fixtures(out: Path | None, record: bool, check: bool) -> None:
               help="Also write the report as one self-contained HTML file (a CI artifact).")
 @click.option("--workers", default="auto", show_default=True,
               help="pytest-xdist workers for the suites.")
+@click.option("--bundles", type=click.Path(path_type=Path, file_okay=False, exists=True),
+              default=None,
+              help="A folder of your own fused bundles (one subfolder each, in the fixtures' "
+                   "layout): the suites parametrized over bundles run over them too "
+                   "(--harness-bundles; env HARNESS_BUNDLES).")
 @click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
 def run(*, alluredir: Path, report_dir: Path, run_record: Path, results_url: str | None,
-        single_file: bool, workers: str, pytest_args: tuple[str, ...]) -> None:
+        single_file: bool, workers: str, bundles: Path | None,
+        pytest_args: tuple[str, ...]) -> None:
     """The main job: build, fixtures, suites, run record into the store, Allure report."""
     result = _build_with_progress(BuildRequest(), None)
     fixture_set = modelgen.ensure_fixtures()
@@ -168,7 +174,7 @@ def run(*, alluredir: Path, report_dir: Path, run_record: Path, results_url: str
         sys.executable, "-m", "pytest", str(SUITES_DIR), *suites_pytest_config(), "-n", workers,
         f"--alluredir={alluredir}", "--clean-alluredir",
         f"--harness-server-bin={result.info.binary}", f"--harness-run-record={run_record}",
-        *pytest_args,
+        *([f"--harness-bundles={bundles.absolute()}"] if bundles else []), *pytest_args,
     ]
     console.print("[bold]running[/] " + " ".join(argv[2:]))
     code = subprocess.call(argv, env={**os.environ, "HARNESS_RUN_ID": run_id})

@@ -71,6 +71,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # test, naming itself.
     session = HarnessSession(HarnessOptions.from_config(config))
     config.stash[SESSION_KEY] = session
+    session.user_bundles()  # a bad --harness-bundles folder is a usage error, now
     config.pluginmanager.register(RecordingPlugin(config, session), "harness-recording")
     flakes = KnownFlakesPlugin.from_option(config, session.options.known_flakes)
     if flakes is not None:
@@ -84,6 +85,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "alone: the test measures speed, so it runs after the parallel run with "
         "nothing beside it (scripts/test.sh runs `-m alone` on its own)")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test that takes ``any_bundle`` runs once per bundle: the fixture bundles and the
+    user's (``--harness-bundles``, ids ``user:<folder>``)."""
+    if "any_bundle" in metafunc.fixturenames:
+        metafunc.parametrize("any_bundle", HarnessSession.of(metafunc.config).bundle_names())
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -205,6 +213,21 @@ def fixture_set() -> modelgen.FixtureSet:
     return modelgen.ensure_fixtures()
 
 
+BundleDir = Callable[[str], Path]
+
+
+@pytest.fixture(scope="session")
+def bundle_dir(fixture_set: modelgen.FixtureSet, pytestconfig: pytest.Config) -> BundleDir:
+    """``bundle_dir(name)``: the folder of a fixture bundle, or of a user's bundle
+    (``user:<folder>``, from ``--harness-bundles``)."""
+    users = HarnessSession.of(pytestconfig).user_bundles()
+
+    def find(name: str) -> Path:
+        return users[name].root if name in users else fixture_set.bundle(name)
+
+    return find
+
+
 @pytest.fixture(scope="session")
 def container_image(pytestconfig: pytest.Config, harness_build: BuildUnderTest) -> str:
     """The image the container runner starts: --harness-image, the build's, or the CPU one."""
@@ -285,10 +308,11 @@ LaunchPlanned = Callable[[LaunchPlan], Server]
 
 
 @pytest.fixture(scope="session")
-def plan_for(fixture_set: modelgen.FixtureSet, harness_build: BuildUnderTest,
-             pytestconfig: pytest.Config) -> PlanFor:
-    """``plan_for(bundle=NAME | model=NAME, **PlanRequest fields)``: a plan for the build;
-    ``gpu`` defaults to ``--harness-planner-gpu`` (none unless given)."""
+def plan_for(fixture_set: modelgen.FixtureSet, bundle_dir: BundleDir,
+             harness_build: BuildUnderTest, pytestconfig: pytest.Config) -> PlanFor:
+    """``plan_for(bundle=NAME | model=NAME, **PlanRequest fields)``: a plan for the build
+    (a bundle NAME may be a user's, ``user:<folder>``); ``gpu`` defaults to
+    ``--harness-planner-gpu`` (none unless given)."""
     default_gpu = HarnessSession.of(pytestconfig).options.planner_gpu
     configs = load_gpu_configs()
     forks = load_fork_kv_types()
@@ -297,7 +321,7 @@ def plan_for(fixture_set: modelgen.FixtureSet, harness_build: BuildUnderTest,
     def plan(*, bundle: str | None = None, model: str | None = None,
              **changes: object) -> LaunchPlan:
         if bundle is not None:
-            loaded = load_bundle(fixture_set.bundle(bundle))
+            loaded = load_bundle(bundle_dir(bundle))
             drafter = loaded.drafter_path
             request = PlanRequest(
                 model_path=loaded.text_model, model=read_model_facts(loaded.text_model),

@@ -21,15 +21,18 @@ from typing import TypeVar
 
 import pytest
 
+from harness import modelgen
 from harness.builds.container_build import image_backend
 from harness.builds.resolve import ensure_build
 from harness.builds.under_test import BuildUnderTest, from_result, resolve_named_build, run_image
 from harness.errors import ConfigError, HarnessError
 from harness.facts.build import GPU_BACKENDS, Backend
+from harness.facts.catalog import Bundle
 from harness.facts.gpu import GpuInfo
 from harness.paths import cache_root
 from harness.planning.build_plan import BuildRequest
 from harness.planning.container_gpu import plan_gpu_access
+from harness.probes.bundle_folder import load_bundle_folder
 from harness.probes.devices import Device, list_devices, list_devices_in_image
 from harness.probes.docker_engine import docker_engine, engine_unavailable
 from harness.probes.gpu_access import check_gpu_access
@@ -141,6 +144,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("known_flakes", "HARNESS_KNOWN_FLAKES", text,
                "the reviewed known-flakes list (default: the packaged "
                "harness/resources/known-flakes.yaml; `none` turns it off)", metavar="PATH"),
+    OptionSpec("bundles", "HARNESS_BUNDLES", text,
+               "a folder of your own fused bundles (one subfolder each, in the fixtures' "
+               "layout): every suite parametrized over bundles runs over them too, as "
+               "user:<folder>", metavar="DIR"),
 )
 
 
@@ -191,6 +198,7 @@ class HarnessOptions:
     planner_gpu: GpuInfo | None = None
     external_server: str | None = None
     known_flakes: str | None = None
+    bundles: Path | None = None
 
     @classmethod
     def from_config(cls, config: pytest.Config,
@@ -201,6 +209,7 @@ class HarnessOptions:
         required = _typed(values["require_gpu"], str)
         record = _typed(values["run_record"], str)
         timeout = _typed(values["ready_timeout"], float)
+        bundles = _typed(values["bundles"], str)
         return cls(
             build=_typed(values["build"], str) or None,
             require_gpu=Backend(required) if required else None,
@@ -214,6 +223,7 @@ class HarnessOptions:
             planner_gpu=_typed(values["planner_gpu"], GpuInfo),
             external_server=_typed(values["external_server"], str) or None,
             known_flakes=_typed(values["known_flakes"], str) or None,
+            bundles=Path(bundles).expanduser().resolve() if bundles else None,
         )
 
     @property
@@ -234,6 +244,7 @@ class HarnessSession:
     _devices: tuple[Device, ...] | None = field(default=None, init=False)
     _docker_checked: bool = field(default=False, init=False)
     _docker_missing: str | None = field(default=None, init=False)
+    _user_bundles: Mapping[str, Bundle] | None = field(default=None, init=False)
 
     @classmethod
     def of(cls, config: pytest.Config) -> HarnessSession:
@@ -288,6 +299,24 @@ class HarnessSession:
             self._devices = (_devices_in_image(image) if image is not None
                              else list_devices(self.build().binary))
         return self._devices
+
+    # -- the bundles the suites run over ----------------------------------------------
+
+    def user_bundles(self) -> Mapping[str, Bundle]:
+        """``--harness-bundles``' bundles by id (``user:<folder>``), read once; empty
+        without the option. Raises pytest.UsageError listing every problem."""
+        if self._user_bundles is None:
+            folder = self.options.bundles
+            try:
+                self._user_bundles = load_bundle_folder(folder) if folder else {}
+            except HarnessError as exc:
+                raise pytest.UsageError(f"--harness-bundles: {exc}") from exc
+        return self._user_bundles
+
+    def bundle_names(self) -> tuple[str, ...]:
+        """What a suite parametrized over bundles runs over: the fixture bundles, then
+        the user's."""
+        return (*modelgen.BUNDLE_NAMES, *self.user_bundles())
 
     def docker_missing(self) -> str | None:
         """Why no Docker engine answers (asked once); None when one does."""

@@ -51,6 +51,9 @@
 #   HARNESS_SERVICE_URL   the results service; unset: no upload, no comparison
 #   HARNESS_SERVICE_TOKEN its upload token: environment only, never an argument
 #   HARNESS_SOURCE        a llama.cpp tree to build instead of the pinned source
+#   HARNESS_BUNDLES       a folder of your own fused bundles: the suites parametrized
+#                         over bundles run over them too (read by the plugin; the same
+#                         as passing --harness-bundles DIR among the pytest arguments)
 #   HARNESS_BRANCH, HARNESS_COMMIT, HARNESS_RUN_ID   what the run is recorded as;
 #                         default: from the CI's variables, and a fresh run id
 set -euo pipefail

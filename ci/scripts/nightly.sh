@@ -5,10 +5,10 @@
 #
 #   ci/scripts/nightly.sh BACKEND BUNDLE GPU_CONFIG [PYTEST_ARGS...]
 #
-# BUNDLE is a bundle name (fused-dense, fused-mtp) or `all`; GPU_CONFIG a name from
-# harness/resources/gpu/*.json or `all`. The suites take no bundle or card option, so both are
-# test selectors: tests parametrized by *another* bundle or card (their ids name it,
-# e.g. test_bundle_plan_reaches_the_server[fused-mtp],
+# BUNDLE is a bundle name (fused-dense, fused-mtp, or with HARNESS_BUNDLES=DIR one of
+# your own, user:<folder>) or `all`; GPU_CONFIG a name from harness/resources/gpu/*.json
+# or `all`. Both are test selectors: tests parametrized by *another* bundle or card (their
+# ids name it, e.g. test_bundle_plan_reaches_the_server[fused-mtp],
 # test_card_flag_set_scaled_to_the_fixture[h200]) are deselected with -k; every other
 # test runs in every cell. The cell's runs are recorded under the branch
 # ${HARNESS_NIGHTLY_BRANCH:-nightly}/BUNDLE/GPU_CONFIG, so the service keeps one
@@ -30,9 +30,14 @@ if [ -x "$root/.venv/bin/harness" ]; then
   export PATH="$root/.venv/bin:$PATH"
 fi
 
-# The names the suites parametrize over, from the harness itself.
-read -r -a bundles <<<"$(python3 -c 'from harness import modelgen
-print(*modelgen.BUNDLE_NAMES)')"
+# The names the suites parametrize over, from the harness itself: the fixture bundles and
+# those of the folder HARNESS_BUNDLES names (the plugin reads the same variable).
+read -r -a bundles <<<"$(python3 -c 'import os
+from pathlib import Path
+from harness import modelgen
+from harness.probes.bundle_folder import load_bundle_folder
+folder = os.environ.get("HARNESS_BUNDLES")
+print(*modelgen.BUNDLE_NAMES, *(load_bundle_folder(Path(folder)) if folder else ()))')"
 read -r -a configs <<<"$(python3 -c 'from harness.probes.gpu_configs import load_gpu_configs
 print(*sorted(c.name for c in load_gpu_configs()))')"
 

@@ -1,7 +1,7 @@
 """Reads a fused bundle directory into a :class:`Bundle`, strictly.
 
-The manifest is checked against harness/resources/schemas/bundle-manifest.schema.json (the fields of
-:class:`CatalogEntry`); the files it names must be there.
+The manifest is checked against resources/schemas/bundle-manifest.schema.json (the fields
+of :class:`CatalogEntry`); the files it names must be there.
 """
 
 from __future__ import annotations
@@ -18,11 +18,15 @@ from harness.facts.catalog import MANIFEST_NAME, Bundle, CatalogEntry
 SCHEMA = schema_file("bundle-manifest")
 _FIX = ("a fixture bundle's manifest is written by `harness fixtures`; "
         "harness/resources/fixtures/README.md describes the layout")
+_MISSING_FIX = "rewrite the fixtures with `harness fixtures`"
 
 
-def load_bundle(root: Path) -> Bundle:
+def load_bundle(root: Path, *, fix: str = _FIX, missing_fix: str = _MISSING_FIX) -> Bundle:
+    """The bundle at ``root``. ``fix`` ends a manifest's problems and ``missing_fix`` a
+    missing model's: a fixture's say how the fixtures are written, a user's bundle
+    folder's describe the layout."""
     manifest = root / MANIFEST_NAME
-    data: Mapping[str, Any] = load_json(manifest, SCHEMA, FixtureError, fix=_FIX)
+    data: Mapping[str, Any] = load_json(manifest, SCHEMA, FixtureError, fix=fix)
     entry = CatalogEntry(
         id=data["id"],
         runtime_class=data["runtime_class"],
@@ -36,6 +40,5 @@ def load_bundle(root: Path) -> Bundle:
     bundle = Bundle(root=root, entry=entry)
     for path in (bundle.text_model, bundle.drafter_path):
         if path is not None and not path.is_file():
-            raise FixtureError(f"bundle {root}: {path} is missing; rewrite the fixtures with "
-                               "`harness fixtures`")
+            raise FixtureError(f"bundle {root}: {path} is missing; {missing_fix}")
     return bundle

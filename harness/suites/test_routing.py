@@ -11,7 +11,6 @@ import re
 
 import pytest
 
-from harness import modelgen
 from harness.client import ServerClient
 from harness.facts.catalog import RuntimeClass
 from harness.planning.routing import InferenceBackend, RouteReason
@@ -22,10 +21,10 @@ pytestmark = pytest.mark.server
 _LOADING_DRAFTER = re.compile(r"loading draft model '([^']+)'")
 
 
-@pytest.mark.parametrize("bundle", modelgen.BUNDLE_NAMES)
 def test_fused_bundle_routes_to_the_fused_llama_cpp_backend(plan_for: PlanFor,
-                                                           bundle: str) -> None:
-    plan = plan_for(bundle=bundle)
+                                                           any_bundle: str) -> None:
+    """Every bundle: the fixtures' and the user's (``--harness-bundles``)."""
+    plan = plan_for(bundle=any_bundle)
     assert plan.route.backend is InferenceBackend.LLAMA_CPP
     assert plan.route.fused
     assert plan.route.reason is RouteReason.CATALOG

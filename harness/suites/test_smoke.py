@@ -13,7 +13,7 @@ from harness.client import ServerClient
 from harness.errors import ServerExitedError
 from harness.facts.catalog import RuntimeClass
 from harness.planning.launch import LaunchSpec
-from harness.plugin import StartServer
+from harness.plugin import BundleDir, StartServer
 from harness.probes.bundles import load_bundle
 
 pytestmark = pytest.mark.server
@@ -79,11 +79,10 @@ def test_corrupt_drafter_fails_the_start_in_the_servers_words(
     assert "exit code 1" in message
 
 
-@pytest.mark.parametrize("name", modelgen.BUNDLE_NAMES)
-def test_fused_bundle_serves_with_its_catalog_entry(name: str,
-                                                    fixture_set: modelgen.FixtureSet,
+def test_fused_bundle_serves_with_its_catalog_entry(any_bundle: str, bundle_dir: BundleDir,
                                                     start_server: StartServer) -> None:
-    bundle = load_bundle(fixture_set.bundle(name))
+    """Every bundle: the fixtures' and the user's (``--harness-bundles``)."""
+    bundle = load_bundle(bundle_dir(any_bundle))
     entry = bundle.entry
     assert entry.runtime_class is RuntimeClass.FUSED
     server = start_server(LaunchSpec(
