@@ -64,6 +64,7 @@ def test_every_broken_bundle_is_named_with_its_file_and_key(user_folder: Path) -
     assert f"{user_folder / 'notes'}: no manifest.json" in message
     assert "tiny-mtp.gguf is missing" in message
     assert message.endswith("harness/resources/fixtures/README.md describes the layout")
+    assert message.count("describes the layout") == 1
 
 
 def test_an_empty_or_missing_folder_says_what_a_bundle_folder_is(tmp_path: Path) -> None:

@@ -47,8 +47,8 @@ def load_bundle_folder(root: Path) -> MappingProxyType[str, Bundle]:
             problems.append(f"{folder}: no {MANIFEST_NAME}")
             continue
         try:
-            found[user_bundle_id(folder.name)] = load_bundle(folder, fix=LAYOUT_FIX,
-                                                               missing_fix=LAYOUT_FIX)
+            # The layout is said once, after every problem.
+            found[user_bundle_id(folder.name)] = load_bundle(folder, fix="", missing_fix="")
         except HarnessError as exc:
             problems.append(str(exc))
     if problems:

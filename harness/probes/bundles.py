@@ -40,5 +40,6 @@ def load_bundle(root: Path, *, fix: str = _FIX, missing_fix: str = _MISSING_FIX)
     bundle = Bundle(root=root, entry=entry)
     for path in (bundle.text_model, bundle.drafter_path):
         if path is not None and not path.is_file():
-            raise FixtureError(f"bundle {root}: {path} is missing; {missing_fix}")
+            raise FixtureError(f"bundle {root}: {path} is missing"
+                               + (f"; {missing_fix}" if missing_fix else ""))
     return bundle
