@@ -21,10 +21,17 @@ from harness.builds.resolve import pinned_cpu_build
 from harness.facts.build import BuildInfo, Capabilities
 from harness.facts.gpu import GpuInfo
 from harness.paths import cache_root
+from harness.planning.decode_speed import (
+    DecodePrediction,
+    HostBandwidth,
+    plan_bandwidths,
+    predict_plan,
+)
 from harness.planning.launch_plan import LaunchPlan, PlanRequest, plan_launch
 from harness.probes.bundles import load_bundle
 from harness.probes.gguf_facts import read_model_facts
 from harness.probes.gpu_configs import load_fork_kv_types, load_gpu_configs
+from harness.probes.host_memory import host_memory
 
 _SETTING_OPTIONS = ("ctx_size", "parallel", "cache_type_k", "cache_type_v", "flash_attn")
 
@@ -57,11 +64,25 @@ def plan_command(*, gpu_name: str | None, vram_mib: int | None, bundle: Path | N
     request = _request(bundle, model, gpu_name=gpu_name, vram_mib=vram_mib, build=build,
                        overrides=overrides)
     plan = plan_launch(request)
+    prediction = _predict(plan, request)
     binary = build.binary if build else "llama-server"
     if as_json:
-        click.echo(json.dumps(plan.to_json(binary), indent=2))
+        click.echo(json.dumps({**plan.to_json(binary), "decode_prediction": (
+            [p.to_json() for p in prediction] if isinstance(prediction, tuple)
+            else {"unknown": prediction})}, indent=2))
     else:
-        _print(plan, binary, build)
+        _print(plan, binary, build, prediction)
+
+
+def _predict(plan: LaunchPlan, request: PlanRequest) -> tuple[DecodePrediction, ...] | str:
+    """The plan's predicted decode speed, or why there is none (planning/decode_speed.py)."""
+    measured = host_memory(cache_root())
+    host = HostBandwidth(measured.read_gbps, f"measured on {measured.host} "
+                         f"{measured.measured_at}", measured.last_level_cache_bytes)
+    bandwidths = plan_bandwidths(plan, request.gpu, host)
+    if isinstance(bandwidths, str):
+        return bandwidths
+    return predict_plan(plan, request.model, bandwidths)
 
 
 def _cached_build() -> BuildInfo | None:
@@ -91,7 +112,8 @@ def _request(bundle_dir: Path | None, model: Path | None, *, gpu_name: str | Non
     )
 
 
-def _print(plan: LaunchPlan, binary: str, build: BuildInfo | None) -> None:
+def _print(plan: LaunchPlan, binary: str, build: BuildInfo | None,
+           prediction: tuple[DecodePrediction, ...] | str) -> None:
     console = Console(soft_wrap=True)
     console.print(f"[bold]route[/] {plan.route.backend.value} ({plan.route.reason.value}): "
                   f"{plan.route.detail}", highlight=False)
@@ -111,6 +133,11 @@ def _print(plan: LaunchPlan, binary: str, build: BuildInfo | None) -> None:
         kv = plan.kv
         console.print(f"[bold]KV cache[/] {kv.cells} cells, K {kv.k_bytes} bytes, "
                       f"V {kv.v_bytes} bytes", highlight=False)
+    if isinstance(prediction, str):
+        console.print(f"[bold]predicted decode[/] unknown: {prediction}", highlight=False,
+                      markup=False)
+    for predicted in () if isinstance(prediction, str) else prediction:
+        console.print("[bold]predicted decode[/] " + predicted.describe(), highlight=False)
     console.print("[bold]reasons[/]")
     for reason in plan.reasons:
         console.print(f"  - {reason}", highlight=False, markup=False)

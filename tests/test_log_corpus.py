@@ -22,18 +22,18 @@ import gguf
 import pytest
 
 from harness import modelgen
+from harness.planning.planned_share import (
+    Offload,
+    PlannedShare,
+    non_layer_bytes,
+    planned_gpu_share,
+)
 from harness.probes.gguf_facts import read_model_facts
 from harness.verdicts.block_report import BlockReport
 from harness.verdicts.failure import classify_start_failure
 from harness.verdicts.gpu_use import BlockGpuUse, gpu_verdict
 from harness.verdicts.launch_report import LaunchReport, parse_launch_log
 from harness.verdicts.log_blocks import BlockRole
-from harness.verdicts.planned_share import (
-    Offload,
-    PlannedShare,
-    non_layer_bytes,
-    planned_gpu_share,
-)
 from harness.verdicts.residency import BlockResidency, residency_verdict
 
 CORPUS = Path(__file__).parent / "data" / "logs"

@@ -140,6 +140,20 @@ def test_passing_suite_tests_are_labelled_attached_and_recorded(tmp_path: Path) 
     assert dense["decode_tps"] > 0
     assert {"prompt_tps", "ttft_ms", "load_s", "kv_mib", "peak_host_mib"} <= set(dense)
     assert {f.test_id for f in record.figures} == {SMOKE, ROUTING}
+    _assert_decode_predicted(record)
+
+
+def _assert_decode_predicted(record: RunRecord) -> None:
+    """The bandwidth model's decode speed beside the measured one, on no other metric."""
+    (decode,) = (f for f in record.figures if f.test_id == SMOKE
+                 and f.key.fixture == "dense" and f.metric == "decode_tps")
+    assert decode.predicted is not None
+    assert decode.predicted > 0
+    assert decode.ratio == decode.value / decode.predicted
+    assert all(f.predicted is None for f in record.figures if f.metric != "decode_tps")
+    for written in record.to_json()["figures"]:
+        assert ("predicted" in written) == ("ratio" in written) == (
+            written["metric"] == "decode_tps")
 
 
 FAILING_TEST = """

@@ -18,17 +18,17 @@ import pytest
 from harness import modelgen
 from harness.facts.model_facts import LayerBytes, ModelFacts
 from harness.planning.launch import LaunchSpec
-from harness.probes.gguf_facts import read_model_facts
-from harness.recording.recorder import ServerRecord
-from harness.recording.story import verdicts_json
-from harness.verdicts.log_blocks import BlockKind, BlockRole
-from harness.verdicts.planned_share import (
+from harness.planning.planned_share import (
     MIB,
     NonLayerBytes,
     Offload,
     non_layer_bytes,
     planned_gpu_share,
 )
+from harness.probes.gguf_facts import read_model_facts
+from harness.recording.recorder import ServerRecord
+from harness.recording.story import verdicts_json
+from harness.verdicts.log_blocks import BlockKind, BlockRole
 from harness.verdicts.residency import (
     HALF_PRINTED_UNIT_BYTES,
     LAYER_PAD_BYTES,

@@ -83,7 +83,8 @@ def _bare_full_run() -> RunRecord:
                   outcome("harness/suites/test_smoke.py::test_bad", "failed",
                           message="AssertionError: 3 != 4\nsecond line | pipe"),
                   outcome("harness/suites/test_gpu.py::test_x[q8_0-fa]", "skipped", message=None)],
-        figures=[fig("decode_tps", 1234.5678), fig("ttft_ms", 12.0625,
+        figures=[replace(fig("decode_tps", 1234.5678), predicted=1500.0),
+                 fig("ttft_ms", 12.0625,
                                                    key=figure_key(n_prompt=512)),
                  fig("kv_mib", 64.0, key=figure_key(cache_type_k="q8_0", offload="moe"))],
         labels={"ci": "nightly", "pr": "1234"})
@@ -131,7 +132,9 @@ def test_the_schema_names_exactly_the_fields_of_each_record(schema: dict[str, An
                                                             cls: type) -> None:
     # The builder passes validated objects as keywords: a field the schema lacks would
     # refuse every run, a key the class lacks would be a TypeError.
-    assert set(schema["properties"]) - {"schema"} == {f.name for f in fields(cls)}
+    # ``ratio`` is written beside a prediction (value / predicted), not a field of its own.
+    derived = {"schema"} | ({"ratio"} if cls is Figure else set())
+    assert set(schema["properties"]) - derived == {f.name for f in fields(cls)}
 
 
 # -- what the harness writes is read back unchanged ------------------------------------
@@ -173,6 +176,15 @@ def test_optional_fields_may_be_left_out() -> None:
     run = run_from_json(body)
     assert run.hardware == Hardware(host="h", cpu="c")
     assert (run.outcomes, run.figures, run.labels, run.ab) == ((), (), {}, None)
+
+
+def test_a_prediction_is_written_with_its_ratio_and_only_where_there_is_one() -> None:
+    written = _bare_full_run().to_json()["figures"]
+    assert (written[0]["predicted"], written[0]["ratio"]) == (1500.0, round(1234.5678 / 1500, 6))
+    assert not {"predicted", "ratio"} & set(written[1])
+    body = _body()
+    body["figures"][0]["predicted"] = 0
+    assert "$.figures[0].predicted" in str(_refused(json.dumps(body)))
 
 
 def test_a_run_without_an_ab_result_writes_no_ab_key() -> None:

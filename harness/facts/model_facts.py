@@ -65,6 +65,9 @@ class ModelFacts:
     layer_bytes: tuple[LayerBytes, ...] = ()
     #: Bytes outside the blocks: token embeddings, output head, final norm.
     non_layer_bytes: int = 0
+    #: The output matrix every decoded token reads in full: ``output.weight``, or
+    #: ``token_embd.weight`` when the model ties them (0: not read from a file).
+    output_bytes: int = 0
     #: Per-head K/V widths of the sliding-window layers when they differ from the full
     #: layers' (``attention.key_length_swa``/``value_length_swa``, Gemma 4); None: same.
     key_length_swa: int | None = None

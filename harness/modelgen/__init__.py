@@ -8,10 +8,13 @@ gives tests a verified fixture root in the cache; ``write_all`` regenerates ever
 
 from __future__ import annotations
 
+import hashlib
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from filelock import FileLock
 
 from harness.errors import UnknownFixtureError
 from harness.modelgen.cache import ensure_tree, write_tree
@@ -25,6 +28,8 @@ from harness.modelgen.fixture_data import (
 )
 from harness.modelgen.fixture_tree import bundle_rel, model_rel, plan_files
 from harness.modelgen.hashes import RECORD_NAME, read_hashes, write_hashes
+from harness.modelgen.specs import load_fixture_specs
+from harness.modelgen.writer import WRITER_VERSION, write_model
 from harness.paths import cache_root
 
 __all__ = [
@@ -32,6 +37,7 @@ __all__ = [
     "FIXTURE_NAMES",
     "FixtureSet",
     "ensure_fixtures",
+    "ensure_large_fixture",
     "fixture_spec_dir",
     "read_recorded_hashes",
     "record_hashes",
@@ -40,6 +46,10 @@ __all__ = [
 
 #: All fixture names, in spec order (the spec files' names, sorted).
 FIXTURE_NAMES: tuple[str, ...] = spec_names(SPECS_SUBDIR)
+#: The large fixtures' folder under the specs (written on demand, never recorded), and
+#: the one the decode-prediction benchmark uses.
+LARGE_SUBDIR = "large"
+LARGE_FIXTURE = "bench-large"
 #: All bundle names, in spec order.
 BUNDLE_NAMES: tuple[str, ...] = spec_names(BUNDLES_SUBDIR)
 
@@ -83,6 +93,32 @@ def write_all(out_dir: Path) -> dict[str, str]:
     """Write every fixture and bundle fresh into ``out_dir``; relative path -> sha256."""
     fixtures, bundles = load_all()
     return write_tree(out_dir, plan_files(fixtures, bundles))
+
+
+def ensure_large_fixture(name: str = LARGE_FIXTURE, cache: Path | None = None) -> Path:
+    """The large fixture ``name`` (``fixtures/large/<name>.json``), written when missing.
+
+    Too big for the fixture set every run writes and verifies, it is written only when
+    asked for, under ``<cache>/fixtures-large/<digest of its spec + writer version>/``,
+    atomically and under a file lock; the writer is deterministic, so its bytes follow
+    from the spec, and no hash of it is committed.
+    """
+    specs = load_fixture_specs(fixture_spec_dir() / LARGE_SUBDIR)
+    if name not in specs:
+        raise UnknownFixtureError(f"unknown large fixture {name!r}; known: "
+                                  f"{', '.join(specs)} (specs in "
+                                  f"{fixture_spec_dir() / LARGE_SUBDIR})")
+    spec_path = fixture_spec_dir() / LARGE_SUBDIR / f"{name}.json"
+    digest = hashlib.sha256(f"writer {WRITER_VERSION}\n".encode() + spec_path.read_bytes())
+    folder = (cache or cache_root()) / "fixtures-large" / digest.hexdigest()[:16]
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{name}.gguf"
+    with FileLock(str(folder / ".lock"), timeout=600):
+        if not target.is_file():
+            partial = target.with_suffix(".partial")
+            write_model(specs[name], partial)
+            partial.replace(target)
+    return target
 
 
 def ensure_fixtures(root: Path | None = None) -> FixtureSet:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from harness.planning.launch import LaunchSpec
 from harness.results.run_record import Figure, FigureKey
 
@@ -58,6 +60,10 @@ def figure_key(spec: LaunchSpec, *, backend: str, gpu: str, n_prompt: int,
     )
 
 
-def figures(test_id: str, key: FigureKey, values: dict[str, float]) -> list[Figure]:
-    return [Figure(test_id=test_id, key=key, metric=metric, value=value)
+def figures(test_id: str, key: FigureKey, values: dict[str, float],
+            predicted: Mapping[str, float] | None = None) -> list[Figure]:
+    """One figure per measured metric; ``predicted`` adds a prediction to its metric's."""
+    guesses = predicted or {}
+    return [Figure(test_id=test_id, key=key, metric=metric, value=value,
+                   predicted=guesses.get(metric))
             for metric, value in sorted(values.items())]

@@ -56,6 +56,8 @@ _DENSE_FFN_BASES = frozenset(_block_base(t) for t in (
     _T.FFN_GATE, _T.FFN_UP, _T.FFN_DOWN, _T.FFN_GATE_SHEXP, _T.FFN_UP_SHEXP,
     _T.FFN_DOWN_SHEXP))
 _BLOCK_PREFIX = str(gguf.TENSOR_NAMES[_T.FFN_UP]).split("{bid}", 1)[0]
+_OUTPUT_WEIGHT = str(gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.OUTPUT]) + ".weight"
+_TOKEN_EMBD_WEIGHT = str(gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.TOKEN_EMBD]) + ".weight"
 _BLOCK_NAME = re.compile(re.escape(_BLOCK_PREFIX) + r"(\d+)\.([^.]+)")
 
 
@@ -121,6 +123,7 @@ def read_model_facts(path: Path) -> ModelFacts:
         kv_unmodelled=kv_unmodelled(header, arch, key),
         layer_bytes=layer_bytes,
         non_layer_bytes=non_layer_bytes,
+        output_bytes=_output_bytes(reader.tensors),
     )
 
 
@@ -180,6 +183,12 @@ def _vocab_size(header: GgufHeader, reader: Any, key: KeyFor) -> int:
         if tensor.name.startswith(embd + "."):
             return int(tensor.shape[-1])
     return 0
+
+
+def _output_bytes(tensors: Sequence[Any]) -> int:
+    """``output.weight``'s bytes, else (tied embeddings) ``token_embd.weight``'s."""
+    sizes = {str(t.name): int(t.n_bytes) for t in tensors}
+    return sizes.get(_OUTPUT_WEIGHT, sizes.get(_TOKEN_EMBD_WEIGHT, 0))
 
 
 def _tensor_bytes(tensors: Sequence[Any], block_count: int) -> tuple[tuple[LayerBytes, ...], int]:

@@ -126,7 +126,8 @@ class RecordingPlugin:
             if self.run_json is not None:
                 append_figures(figures_dir(self.run_json) / f"{self.worker}.jsonl",
                                [f for record in capture.servers if record.key is not None
-                                for f in figures(item.nodeid, record.key, record.figures)])
+                                for f in figures(item.nodeid, record.key, record.figures,
+                                                 record.predicted)])
 
     def _attach(self, capture: TestCapture, *, failed: bool) -> None:
         build: BuildUnderTest | None = self.session.resolved_build

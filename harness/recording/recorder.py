@@ -25,6 +25,7 @@ from harness.perf.keys import (
 )
 from harness.perf.measure import kv_mib, measure_speed, peak_host_mib, vram_mib
 from harness.planning.launch import LaunchSpec
+from harness.recording.prediction import predicted_decode_tps
 from harness.results.run_record import FigureKey
 from harness.runners.base import RunningServer
 
@@ -51,6 +52,8 @@ class ServerRecord:
     props: dict[str, Any] | None = None
     key: FigureKey | None = None
     figures: dict[str, float] = field(default_factory=dict)
+    #: The bandwidth model's figure beside a measured one (``decode_tps``).
+    predicted: dict[str, float] = field(default_factory=dict)
     measure_error: str | None = None
     exit_code: int | None = None
 
@@ -158,6 +161,14 @@ class ServerRecorder:
         values.update(kv_mib=kv_mib(log_text), peak_host_mib=peak_host_mib(pid),
                       peak_vram_mib=vram_mib(pid))
         record.figures = {name: value for name, value in values.items() if value is not None}
+        if "decode_tps" in record.figures:
+            with self._lock:
+                plans = list(self._plans)
+            # The middle of the measured completions: the K/V read grows with the depth.
+            guess = predicted_decode_tps(record.spec, plans, backend=s.backend, gpu_name=s.gpu,
+                                         depth=s.n_prompt + s.n_gen // 2)
+            if guess is not None:
+                record.predicted = {"decode_tps": guess}
 
 
 def _host_pid(server: RunningServer) -> int | None:

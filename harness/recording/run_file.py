@@ -77,7 +77,7 @@ def build_ref(info: BuildInfo | None, key: str, image_id: str | None = None) -> 
 
 def append_figures(path: Path, figures: Iterable[Figure]) -> None:
     rows = [json.dumps({"test_id": f.test_id, "key": vars(f.key), "metric": f.metric,
-                        "value": f.value}) for f in figures]
+                        "value": f.value, "predicted": f.predicted}) for f in figures]
     if not rows:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -92,8 +92,10 @@ def read_figures(directory: Path) -> list[Figure]:
         for line in path.read_text(encoding="utf-8").splitlines():
             try:
                 row = json.loads(line)
+                predicted = row.get("predicted")
                 found.append(Figure(test_id=str(row["test_id"]), key=FigureKey(**row["key"]),
-                                    metric=str(row["metric"]), value=float(row["value"])))
+                                    metric=str(row["metric"]), value=float(row["value"]),
+                                    predicted=float(predicted) if predicted else None))
             except (ValueError, KeyError, TypeError):
                 continue
     return found

@@ -140,6 +140,23 @@ class Figure:
     key: FigureKey
     metric: str
     value: float
+    #: What the bandwidth model predicted (harness/planning/decode_speed.py), for
+    #: ``decode_tps`` only; never judged by a gate. None: no prediction.
+    predicted: float | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        """Measured over predicted (above 1: faster than the model says)."""
+        return None if not self.predicted else self.value / self.predicted
+
+
+def _figure_json(figure: Figure) -> dict[str, Any]:
+    body = asdict(figure)
+    if figure.predicted is None:
+        del body["predicted"]
+    else:
+        body["ratio"] = round(figure.value / figure.predicted, 6)
+    return body
 
 
 class Outcome(enum.StrEnum):
@@ -201,6 +218,8 @@ class RunRecord:
         # had before the field existed, byte for byte.
         if self.ab is None:
             del body["ab"]
+        # The same for a figure without a prediction; one with a prediction adds its ratio.
+        body["figures"] = tuple(_figure_json(f) for f in self.figures)
         body["schema"] = RUN_SCHEMA_VERSION
         return body
 

@@ -165,6 +165,11 @@ RUN_SCHEMA: dict[str, Any] = {
                     "metric": {"enum": sorted(METRICS)},
                     # Times, speeds and sizes: none is negative.
                     "value": {"type": "number", "minimum": 0, "maximum": _MAX_FIGURE},
+                    # The bandwidth model's decode speed beside a measured decode_tps,
+                    # and value / predicted: recorded, never gated.
+                    "predicted": {"type": "number", "exclusiveMinimum": 0,
+                                  "maximum": _MAX_FIGURE},
+                    "ratio": {"type": "number", "minimum": 0, "maximum": _MAX_FIGURE},
                 })},
             "labels": {"type": "object", "maxProperties": _MAX_LABELS,
                        "propertyNames": _text(_NAME_CHARS),

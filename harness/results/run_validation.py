@@ -109,7 +109,8 @@ def _build(body: Mapping[str, Any]) -> RunRecord:
                                    message=o.get("message"))
                        for o in body.get("outcomes", ())),
         figures=tuple(Figure(test_id=f["test_id"], key=FigureKey(**f["key"]),
-                             metric=f["metric"], value=float(f["value"]))
+                             metric=f["metric"], value=float(f["value"]),
+                             predicted=float(f["predicted"]) if "predicted" in f else None)
                       for f in body.get("figures", ())),
         labels=dict(body.get("labels", {})),
         ab=_ab(body["ab"]) if "ab" in body else None,

@@ -23,12 +23,7 @@ from harness.facts.build import Backend
 from harness.facts.gpu import GpuInfo
 from harness.facts.model_facts import ModelFacts
 from harness.planning.launch_plan import LaunchPlan
-from harness.plugin import LaunchPlanned, PlanFor
-from harness.probes.devices import Device
-from harness.probes.gguf_facts import read_model_facts
-from harness.verdicts.gpu_use import GpuState, gpu_verdict
-from harness.verdicts.log_blocks import BlockRole
-from harness.verdicts.planned_share import (
+from harness.planning.planned_share import (
     MIB,
     NonLayerBytes,
     Offload,
@@ -37,6 +32,11 @@ from harness.verdicts.planned_share import (
     non_layer_bytes,
     planned_gpu_share,
 )
+from harness.plugin import LaunchPlanned, PlanFor
+from harness.probes.devices import Device
+from harness.probes.gguf_facts import read_model_facts
+from harness.verdicts.gpu_use import GpuState, gpu_verdict
+from harness.verdicts.log_blocks import BlockRole
 from harness.verdicts.residency import (
     HALF_PRINTED_UNIT_BYTES,
     ResidencyVerdict,

@@ -46,6 +46,7 @@ from harness.planning.offload import (
     OffloadKind,
     all_layers,
 )
+from harness.planning.planned_share import PlannedShare, non_layer_bytes, planned_gpu_share
 from harness.planning.retry import starting_rung
 from harness.probes.devices import Device
 from harness.probes.gguf_facts import read_model_facts
@@ -60,7 +61,6 @@ from harness.supervise.supervisor import (
 )
 from harness.verdicts.failure import FailureClass, classify_start_failure
 from harness.verdicts.log_blocks import BlockRole
-from harness.verdicts.planned_share import PlannedShare, non_layer_bytes, planned_gpu_share
 from harness.verdicts.residency import (
     HALF_PRINTED_UNIT_BYTES,
     ShareOutcome,

@@ -33,10 +33,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 
+from harness.planning.planned_share import MIB, PlannedShare
 from harness.verdicts.block_report import BlockReport, BufferSize, parse_block
 from harness.verdicts.gpu_use import gpu_backend_of
 from harness.verdicts.log_blocks import BlockKind, BlockRole, split_blocks
-from harness.verdicts.planned_share import MIB, PlannedShare
 
 
 class Place(enum.StrEnum):

@@ -23,7 +23,7 @@ from typing import Protocol
 
 import gguf
 
-from harness.facts.model_facts import ModelFacts
+from harness.facts.model_facts import LayerBytes, ModelFacts
 
 MIB = 1024 * 1024
 
@@ -144,6 +144,67 @@ class Offload:
     n_cpu_ffn: int | None = None
 
 
+@dataclass(frozen=True)
+class LayerPlacement:
+    """Where one block's tensors sit for a launch: the block's device, and the FFN parts
+    an override flag keeps in host memory although the block is on the GPU."""
+
+    layer: LayerBytes
+    on_gpu: bool
+    expert_on_host: bool = False
+    dense_ffn_on_host: bool = False
+
+    @property
+    def host_kept(self) -> int:
+        """Bytes of this GPU block the overrides keep on the host (0 off the GPU)."""
+        return (self.layer.expert if self.expert_on_host else 0) + (
+            self.layer.dense_ffn if self.dense_ffn_on_host else 0)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Every block's placement, and the layer count it follows from."""
+
+    layers: tuple[LayerPlacement, ...]
+    #: Layers (of ``n_layer + 1``: blocks and the output layer) on the GPU.
+    gpu_layers: int
+    total_layers: int
+    basis: str
+
+    @property
+    def output_on_gpu(self) -> bool:
+        """The output layer is the last of the ``n_layer + 1``: on the GPU from -ngl 1."""
+        return self.gpu_layers > 0
+
+
+def place_layers(model: ModelFacts, spec: OffloadRequest, *, gpu_device: bool = True,
+                 engine_layers: int | None = None) -> Placement:
+    """Where ``spec``'s flags put each of ``model``'s blocks (``load_tensors``; the module
+    docstring); ``gpu_device`` and ``engine_layers`` as :func:`planned_gpu_share` says.
+    Raises ValueError when ``model.layer_bytes`` is not one entry per block."""
+    layers = sorted(model.layer_bytes, key=lambda layer: layer.index)
+    n_layer = model.block_count
+    if [layer.index for layer in layers] != list(range(n_layer)):
+        raise ValueError(f"{model.path}: placing the layers needs layer_bytes for blocks "
+                         f"0..{n_layer - 1}, got {[layer.index for layer in layers]}")
+    total_layers = n_layer + 1
+    ngl, basis = _gpu_layers(spec.n_gpu_layers, engine_layers, total_layers, gpu_device)
+    i_gpu_start = total_layers - ngl
+    moe_blocks = n_layer if spec.cpu_moe else max(0, spec.n_cpu_moe or 0)
+    ffn_blocks = max(0, spec.n_cpu_ffn or 0)
+    placed = []
+    for layer in layers:
+        on_gpu = layer.index >= i_gpu_start
+        # The overrides match tensor names whatever device the block has; they only move
+        # bytes when the block would otherwise be on the GPU. LLM_FFN_DENSE_REGEX matches
+        # ffn_gate/up/down only, while LayerBytes.dense_ffn also holds shared experts
+        # (ffn_*_shexp): the planner uses --n-cpu-ffn for dense models only, which have none.
+        placed.append(LayerPlacement(layer, on_gpu,
+                                     expert_on_host=on_gpu and layer.index < moe_blocks,
+                                     dense_ffn_on_host=on_gpu and layer.index < ffn_blocks))
+    return Placement(tuple(placed), ngl, total_layers, basis)
+
+
 def planned_gpu_share(model: ModelFacts, spec: OffloadRequest,
                       non_layer: NonLayerBytes | None = None, *, gpu_device: bool = True,
                       engine_layers: int | None = None) -> PlannedShare:
@@ -161,45 +222,31 @@ def planned_gpu_share(model: ModelFacts, spec: OffloadRequest,
     llama.cpp does with ``-1`` when nothing fits it. Raises ValueError when
     ``model.layer_bytes`` is not one entry per block.
     """
-    layers = sorted(model.layer_bytes, key=lambda layer: layer.index)
-    n_layer = model.block_count
-    if [layer.index for layer in layers] != list(range(n_layer)):
-        raise ValueError(f"{model.path}: planned_gpu_share needs layer_bytes for blocks "
-                         f"0..{n_layer - 1}, got {[layer.index for layer in layers]}")
-    total_layers = n_layer + 1
-    ngl, basis = _gpu_layers(spec.n_gpu_layers, engine_layers, total_layers, gpu_device)
-    i_gpu_start = total_layers - ngl
-    moe_blocks = n_layer if spec.cpu_moe else max(0, spec.n_cpu_moe or 0)
-    ffn_blocks = max(0, spec.n_cpu_ffn or 0)
+    placement = place_layers(model, spec, gpu_device=gpu_device, engine_layers=engine_layers)
     gpu = host = overridden = 0
-    for layer in layers:
-        if layer.index < i_gpu_start:
-            host += layer.total
+    for placed in placement.layers:
+        if not placed.on_gpu:
+            host += placed.layer.total
             continue
-        # The overrides match tensor names whatever device the block has; they only move
-        # bytes when the block would otherwise be on the GPU. LLM_FFN_DENSE_REGEX matches
-        # ffn_gate/up/down only, while LayerBytes.dense_ffn also holds shared experts
-        # (ffn_*_shexp): the planner uses --n-cpu-ffn for dense models only, which have none.
-        kept = (layer.expert if layer.index < moe_blocks else 0) + (
-            layer.dense_ffn if layer.index < ffn_blocks else 0)
+        kept = placed.host_kept
         overridden += kept
         host += kept
-        gpu += layer.total - kept
-    output_on_gpu = ngl > 0
+        gpu += placed.layer.total - kept
     unplaced = 0
     if non_layer is None:
-        if output_on_gpu:
+        if placement.output_on_gpu:
             unplaced = model.non_layer_bytes
         else:
             host += model.non_layer_bytes
     else:
         host += non_layer.input
-        if output_on_gpu:
+        if placement.output_on_gpu:
             gpu += non_layer.output + non_layer.duplicated
         else:
             # On the host the duplicate maps the same file bytes as the input (mmap).
             host += non_layer.output
-    return PlannedShare(gpu, host, unplaced, overridden, ngl, total_layers, basis)
+    return PlannedShare(gpu, host, unplaced, overridden, placement.gpu_layers,
+                        placement.total_layers, placement.basis)
 
 
 def _gpu_layers(n_gpu_layers: int | None, engine_layers: int | None, total_layers: int,
