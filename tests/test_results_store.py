@@ -568,7 +568,7 @@ def _stored_version(url: str) -> list[int]:
     return found
 
 
-def test_a_version_1_store_is_migrated_to_version_3(store_url: str) -> None:
+def test_a_version_1_store_is_migrated_to_the_current_version(store_url: str) -> None:
     old = _full_run()
     _write_v1_store(store_url, old)
     with open_store(store_url) as migrated:
@@ -579,16 +579,16 @@ def test_a_version_1_store_is_migrated_to_version_3(store_url: str) -> None:
         new = replace(make_run("after-migration", started_at=at(9)), ab=_ab_result())
         assert migrated.add_run(new, report=ReportState("ready"))
         assert migrated.list_runs() == [new, old]
-    assert _stored_version(store_url) == [STORE_SCHEMA_VERSION] == [3]
+    assert _stored_version(store_url) == [STORE_SCHEMA_VERSION] == [4]
     assert _stored_ab(store_url, old.run_id) is None
     # Opening it again changes nothing.
     with open_store(store_url) as again:
         assert again.report_states([new.run_id]) == {new.run_id: ReportState("ready")}
         assert again.get_run(new.run_id) == new
-    assert _stored_version(store_url) == [3]
+    assert _stored_version(store_url) == [STORE_SCHEMA_VERSION]
 
 
-def test_a_version_2_store_is_migrated_to_version_3(store_url: str) -> None:
+def test_a_version_2_store_is_migrated_to_the_current_version(store_url: str) -> None:
     old = _full_run()
     report = ReportState("failed", message="allure crashed", problems=("p1",),
                          queued_ns=12345, updated_at=at(6))
@@ -602,12 +602,34 @@ def test_a_version_2_store_is_migrated_to_version_3(store_url: str) -> None:
         new = _ab_run("ab-after-migration")
         assert migrated.add_run(new)
         assert migrated.get_run(new.run_id) == new
-    assert _stored_version(store_url) == [3]
+    assert _stored_version(store_url) == [STORE_SCHEMA_VERSION]
     assert _stored_ab(store_url, old.run_id) is None
     assert _stored_ab(store_url, new.run_id) is not None
     with open_store(store_url) as again:
         assert again.list_runs() == [new, old]
-    assert _stored_version(store_url) == [3]
+    assert _stored_version(store_url) == [STORE_SCHEMA_VERSION]
+
+
+def test_a_version_3_store_is_migrated_keeping_its_figures_and_storing_predictions(
+        store_url: str) -> None:
+    old = _full_run()
+    with open_store(store_url) as current:
+        assert current.add_run(old)
+    engine = create_engine(store_url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.begin() as conn:  # back to what schema 3 held: no figures.predicted
+        conn.exec_driver_sql("ALTER TABLE figures DROP COLUMN predicted")
+        conn.execute(update(schema_version).values(version=3))
+    engine.dispose()
+    predicted = replace(make_run("predicted", started_at=at(9)),
+                        figures=(replace(fig("decode_tps", 100.0), predicted=125.0),))
+    with open_store(store_url) as migrated:
+        assert migrated.get_run(old.run_id) == old
+        assert migrated.add_run(predicted)
+        got = migrated.get_run(predicted.run_id)
+    assert got == predicted
+    assert got is not None
+    assert got.figures[0].ratio == 0.8
+    assert _stored_version(store_url) == [STORE_SCHEMA_VERSION]
 
 
 def test_separate_stores_migrating_a_version_2_store_at_once(store_url: str) -> None:
@@ -619,7 +641,7 @@ def test_separate_stores_migrating_a_version_2_store_at_once(store_url: str) -> 
             return own.get_run(old.run_id) == old and own.add_run(_ab_run(f"ab-{i}"))
 
     assert _at_once(6, work) == [True] * 6
-    assert _stored_version(store_url) == [3]
+    assert _stored_version(store_url) == [STORE_SCHEMA_VERSION]
 
 
 def test_separate_stores_migrating_a_version_1_store_at_once(store_url: str) -> None:
@@ -631,7 +653,7 @@ def test_separate_stores_migrating_a_version_1_store_at_once(store_url: str) -> 
             return own.get_run(old.run_id) == old
 
     assert _at_once(6, work) == [True] * 6
-    assert _stored_version(store_url) == [3]
+    assert _stored_version(store_url) == [STORE_SCHEMA_VERSION]
 
 
 def test_a_store_of_the_next_version_is_refused_naming_both(store_url: str) -> None:
@@ -641,7 +663,7 @@ def test_a_store_of_the_next_version_is_refused_naming_both(store_url: str) -> N
     with engine.begin() as conn:
         conn.execute(update(schema_version).values(version=STORE_SCHEMA_VERSION + 1))
     engine.dispose()
-    with pytest.raises(ResultsStoreError, match=r"has schema 4, newer than this harness's 3"):
+    with pytest.raises(ResultsStoreError, match=r"has schema 5, newer than this harness's 4"):
         open_store(store_url)
-    # Refused without a change: still version 4.
-    assert _stored_version(store_url) == [4]
+    # Refused without a change: still version 5.
+    assert _stored_version(store_url) == [5]

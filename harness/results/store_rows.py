@@ -69,7 +69,7 @@ def outcome_row(run_id: str, position: int, outcome: TestOutcome) -> dict[str, A
 
 def figure_row(run: RunRecord, position: int, figure: Figure) -> dict[str, Any]:
     return {"run_id": run.run_id, "position": position, "test_id": figure.test_id,
-            "metric": figure.metric, "value": figure.value,
+            "metric": figure.metric, "value": figure.value, "predicted": figure.predicted,
             "hardware_identity": run.hardware.identity, "build_key": run.build.build_key,
             **asdict(figure.key)}
 
@@ -103,8 +103,9 @@ def outcome_json(row: RowMapping) -> dict[str, Any]:
 
 def figure_json(row: RowMapping) -> dict[str, Any]:
     """A ``figures`` row as the run.json figure it was."""
-    return {"test_id": row["test_id"], "key": {name: row[name] for name in KEY_FIELDS},
-            "metric": row["metric"], "value": row["value"]}
+    figure = {"test_id": row["test_id"], "key": {name: row[name] for name in KEY_FIELDS},
+              "metric": row["metric"], "value": row["value"]}
+    return figure if row["predicted"] is None else {**figure, "predicted": row["predicted"]}
 
 
 def run_json(row: RowMapping, outcomes: Sequence[dict[str, Any]],

@@ -38,8 +38,8 @@ log = logging.getLogger(__name__)
 #: Bumped whenever a table changes shape, with a step in _MIGRATIONS that brings a store
 #: of the version before up to it and a test that opens such a store
 #: (tests/test_results_store.py). A store written by a newer harness is refused.
-#: 1: runs, outcomes, figures. 2: reports. 3: runs.ab.
-STORE_SCHEMA_VERSION = 3
+#: 1: runs, outcomes, figures. 2: reports. 3: runs.ab. 4: figures.predicted.
+STORE_SCHEMA_VERSION = 4
 
 #: Arbitrary constant naming the advisory lock that serialises schema creation.
 _PG_SCHEMA_LOCK = 0x6C6C616D  # "llam"
@@ -101,6 +101,8 @@ figures = Table(
     Column("test_id", Text, nullable=False),
     Column("metric", String(), nullable=False),
     Column("value", Float, nullable=False),
+    # The bandwidth model's decode speed beside a measured decode_tps; NULL without one.
+    Column("predicted", Float, nullable=True),
     Column("hardware_identity", String(), nullable=False),
     Column("build_key", String(), nullable=False),
     *(Column(name, Integer if name in _INT_KEY_FIELDS else String(), nullable=False)
@@ -166,5 +168,10 @@ def _add_ab(conn: Connection) -> None:
     conn.execute(text("ALTER TABLE runs ADD COLUMN ab TEXT"))
 
 
+def _add_predicted(conn: Connection) -> None:
+    """3 -> 4: figures.predicted, NULL for every figure already stored (none had one)."""
+    conn.execute(text("ALTER TABLE figures ADD COLUMN predicted FLOAT"))
+
+
 #: Step n brings a store at schema n to n + 1, inside create_schema's transaction.
-_MIGRATIONS = {1: _add_reports, 2: _add_ab}
+_MIGRATIONS = {1: _add_reports, 2: _add_ab, 3: _add_predicted}
