@@ -308,6 +308,11 @@ ROUTE_REQUESTS: dict[tuple[str, str], tuple[st.SearchStrategy[Request], frozense
                {"branch": either(st.sampled_from(BRANCHES)),
                 "hardware": valid(st.just(HARDWARE[0])), "limit": either(LIMITS)},
                required=("branch", "hardware")), frozenset({200})),
+    ("GET", "/dashboard"): (
+        simple(lambda _: "/dashboard", NO_ID,
+               {"branch": either(st.sampled_from(BRANCHES)),
+                "hardware": either(st.sampled_from(HARDWARE)),
+                "limit": either(st.integers(1, 200).map(str))}), frozenset({200})),
     ("GET", "/runs/{run_id}/report"): (
         simple(lambda rid: f"/runs/{rid}/report", either(RUN_IDS), {}), frozenset({307})),
     ("GET", "/runs/{run_id}/report/{path:path}"): (

@@ -17,6 +17,9 @@ Endpoints (JSON unless said otherwise; errors are ``{"error": "<what and the fix
   404 for an unknown run or baseline.
 - ``GET /api/history?branch=&hardware=``: one branch on one hardware (a
   ``Hardware.identity``), oldest run first, with outcome counts and figure medians.
+- ``GET /dashboard?branch=&hardware=[&limit=]``: the performance dashboard of one
+  branch on one hardware (HTML, one plot per figure key and metric; no JavaScript);
+  without both, the index of every branch and hardware with runs (either one filters it).
 - ``GET /runs/{run_id}/report/...``: the run's Allure report (202 while it is being
   made, 404 when it failed or there is none).
 - ``GET /healthz``: 200 once the store answers, 503 otherwise.
@@ -59,6 +62,7 @@ from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import (
     FileResponse,
+    HTMLResponse,
     JSONResponse,
     PlainTextResponse,
     RedirectResponse,
@@ -76,6 +80,8 @@ from harness.results.store import ResultsStore, open_store
 from harness.results.store_backends import ResultsStoreError
 from harness.service import summaries
 from harness.service.bundle import BundleRejectedError, BundleTooLargeError
+from harness.service.dashboard import dashboard_series, index_rows
+from harness.service.dashboard_page import PAGE_CSP, render_index, render_page
 from harness.service.guard import RequestGuard
 from harness.service.ingest import Ingested, Ingestor
 from harness.service.layout import Layout, is_valid_run_id
@@ -100,6 +106,7 @@ ROUTE_STATUSES: dict[tuple[str, str], frozenset[int]] = {
     ("GET", "/api/runs/{run_id}/results"): frozenset({200, 400, 404}),
     ("GET", "/api/compare"): frozenset({200, 400, 404, 409}),
     ("GET", "/api/history"): frozenset({200, 400}),
+    ("GET", "/dashboard"): frozenset({200, 400}),
     ("GET", "/runs/{run_id}/report"): frozenset({307, 404}),
     ("GET", "/runs/{run_id}/report/{path:path}"): frozenset({200, 202, 400, 404}),
     ("GET", "/healthz"): frozenset({200}),
@@ -311,6 +318,23 @@ class _Service:
 
         return JSONResponse(await run_in_threadpool(read))
 
+    async def dashboard(self, request: Request) -> Response:
+        params = request.query_params
+        branch, hardware = _BRANCH.read(params), _HARDWARE.read(params)
+        limit = _DASHBOARD_LIMIT.read(params)
+
+        def read() -> str:
+            if branch and hardware:
+                runs = self.store.list_runs(branch=branch, hardware=hardware, limit=limit)
+                described = runs[0].hardware.describe() if runs else ""
+                return render_page(branch, hardware, described,
+                                   dashboard_series(list(reversed(runs))))
+            return render_index(index_rows(self.store.list_runs(
+                branch=branch, hardware=hardware, limit=MAX_LIST_LIMIT)))
+
+        return HTMLResponse(await run_in_threadpool(read),
+                            headers={"Content-Security-Policy": PAGE_CSP})
+
     async def report_root(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
         if not is_valid_run_id(run_id):
@@ -359,6 +383,8 @@ def _bearer(error: str | None = None) -> dict[str, str]:
 _BRANCH, _HARDWARE = Text("branch"), Text("hardware")
 _LIST_LIMIT = Count("limit", DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT)
 _HISTORY_LIMIT = Count("limit", MAX_LIST_LIMIT, 1, MAX_LIST_LIMIT)
+#: Runs one dashboard draws: enough for two months of nightlies, few enough for one page.
+_DASHBOARD_LIMIT = Count("limit", 60, 1, 200)
 #: Bounds wide enough for any real comparison, narrow enough that no value can
 #: overflow a database LIMIT or turn the noise arithmetic into inf.
 _WINDOW = Count("window", NOISE_WINDOW, 1, MAX_LIST_LIMIT)
@@ -425,6 +451,7 @@ def create_app(settings: ServiceSettings,
             Route("/api/runs/{run_id}/results", service.get_results, methods=["GET"]),
             Route("/api/compare", service.compare, methods=["GET"]),
             Route("/api/history", service.history, methods=["GET"]),
+            Route("/dashboard", service.dashboard, methods=["GET"]),
             Route("/runs/{run_id}/report", service.report_root, methods=["GET"]),
             Route("/runs/{run_id}/report/{path:path}", service.report, methods=["GET"]),
             Route("/healthz", service.healthz, methods=["GET"]),

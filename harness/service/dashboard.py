@@ -1,0 +1,128 @@
+"""What the performance dashboard draws (pure): one series per figure key and metric.
+
+A page is one branch on one hardware (``Hardware.identity``). For every (FigureKey,
+metric) its runs measured, a series holds one point per run, oldest first: the run's
+median of that figure (as ``harness compare`` takes it), its median prediction where the
+run recorded one (harness/planning/decode_speed.py), the A/B verdict of that metric when
+the run has an A/B result, and the history rule's judgement against the ``window`` runs
+before it — the gate's own :func:`harness.results.noise_rule.judge` — with the band of
+values that rule lets pass: the window's mean ± the largest of the relative threshold,
+``z`` standard deviations and the metric's absolute floor.
+
+The index lists every branch and hardware pair with runs, newest first.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from harness.results.noise_rule import DEFAULT_NOISE_RULE, NoiseRule, judge
+from harness.results.rules import NOISE_WINDOW, FigureStatus
+from harness.results.run_record import METRICS, FigureKey, Metric, RunRecord
+
+
+@dataclass(frozen=True)
+class DashboardPoint:
+    run_id: str
+    started_at: str
+    commit: str
+    value: float
+    #: The bandwidth model's figure for this run, None when the run recorded none.
+    predicted: float | None
+    #: The values the history rule lets pass here (low, high); None with too few runs.
+    band: tuple[float, float] | None
+    status: FigureStatus
+    #: The run's A/B verdict on this metric (``harness ab --record``), None without one.
+    ab_verdict: str | None
+
+
+@dataclass(frozen=True)
+class DashboardSeries:
+    key: FigureKey
+    metric: Metric
+    points: tuple[DashboardPoint, ...]
+
+    @property
+    def title(self) -> str:
+        k = self.key
+        return (f"{self.metric.name} ({self.metric.unit}) · {k.fixture} · {k.backend} · "
+                f"ngl {k.n_gpu_layers} · K/V {k.cache_type_k}/{k.cache_type_v} · "
+                f"fa {k.flash_attn} · offload {k.offload} · {k.n_prompt}+{k.n_gen} tokens")
+
+
+@dataclass(frozen=True)
+class IndexRow:
+    branch: str
+    hardware: str
+    description: str
+    runs: int
+    latest: str
+
+
+def dashboard_series(runs_oldest_first: Sequence[RunRecord],
+                     rule: NoiseRule = DEFAULT_NOISE_RULE,
+                     window: int = NOISE_WINDOW) -> tuple[DashboardSeries, ...]:
+    """Every figure key and metric of these runs, each a series over the runs."""
+    values: dict[tuple[FigureKey, str], list[tuple[RunRecord, float, float | None]]] = {}
+    for run in runs_oldest_first:
+        for fid, (value, predicted) in _medians(run).items():
+            values.setdefault(fid, []).append((run, value, predicted))
+    series = []
+    for (key, name), measured in values.items():
+        metric = METRICS.get(name)
+        if metric is None:
+            continue
+        points = []
+        for i, (run, value, predicted) in enumerate(measured):
+            baseline = [v for _, v, _ in measured[max(0, i - window):i]]
+            judged = judge(baseline, value, metric.direction, rule, metric.min_change)
+            points.append(DashboardPoint(
+                run_id=run.run_id, started_at=run.started_at, commit=run.commit,
+                value=value, predicted=predicted,
+                band=_band(judged.mean, judged.stdev, judged.n, rule, metric),
+                status=judged.status, ab_verdict=_ab_verdict(run, name)))
+        series.append(DashboardSeries(key, metric, tuple(points)))
+    return tuple(sorted(series, key=lambda s: (s.key.fixture, s.metric.name, repr(s.key))))
+
+
+def index_rows(runs_newest_first: Iterable[RunRecord]) -> tuple[IndexRow, ...]:
+    """One row per branch and hardware, newest first."""
+    rows: dict[tuple[str, str], IndexRow] = {}
+    for run in runs_newest_first:
+        pair = (run.branch, run.hardware.identity)
+        known = rows.get(pair)
+        rows[pair] = (IndexRow(run.branch, run.hardware.identity, run.hardware.describe(),
+                               1, run.started_at) if known is None
+                      else IndexRow(known.branch, known.hardware, known.description,
+                                    known.runs + 1, known.latest))
+    return tuple(rows.values())
+
+
+def _medians(run: RunRecord) -> dict[tuple[FigureKey, str], tuple[float, float | None]]:
+    samples: dict[tuple[FigureKey, str], list[tuple[float, float | None]]] = {}
+    for figure in run.figures:
+        samples.setdefault((figure.key, figure.metric), []).append(
+            (figure.value, figure.predicted))
+    found = {}
+    for fid, pairs in samples.items():
+        predictions = [p for _, p in pairs if p is not None]
+        found[fid] = (statistics.median(v for v, _ in pairs),
+                      statistics.median(predictions) if predictions else None)
+    return found
+
+
+def _band(mean: float | None, stdev: float | None, n: int, rule: NoiseRule,
+          metric: Metric) -> tuple[float, float] | None:
+    if mean is None or stdev is None or n < rule.min_runs:
+        return None
+    reach = max(rule.threshold * abs(mean), rule.z * stdev, metric.min_change)
+    return max(0.0, mean - reach), mean + reach
+
+
+def _ab_verdict(run: RunRecord, metric: str) -> str | None:
+    metrics = (run.ab or {}).get("metrics")
+    entry = metrics.get(metric) if isinstance(metrics, dict) else None
+    verdict = entry.get("verdict") if isinstance(entry, dict) else None
+    return verdict if isinstance(verdict, str) else None
