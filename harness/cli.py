@@ -21,6 +21,7 @@ from harness.builds.base_image import ensure_base_image
 from harness.builds.container_build import LOCAL, build_image, list_images
 from harness.builds.native import BuildResult, ProgressCallback
 from harness.builds.resolve import ensure_build, resolve_source
+from harness.calibrate_cli import calibrate_command
 from harness.doctor_cli import doctor_command
 from harness.errors import ConfigError, HarnessError
 from harness.facts.build import Backend, BuildInfo
@@ -278,6 +279,7 @@ cli.add_command(serve_command)
 cli.add_command(upload_command)
 cli.add_command(doctor_command)
 cli.add_command(repro_command)
+cli.add_command(calibrate_command)
 
 
 @cli.command("base-image")
