@@ -22,6 +22,7 @@ from harness.builds.container_build import LOCAL, build_image, list_images
 from harness.builds.native import BuildResult, ProgressCallback
 from harness.builds.resolve import ensure_build, resolve_source
 from harness.calibrate_cli import calibrate_command
+from harness.compare_cli import compare_command
 from harness.doctor_cli import doctor_command
 from harness.errors import ConfigError, HarnessError
 from harness.facts.build import Backend, BuildInfo
@@ -35,7 +36,6 @@ from harness.recording.run_file import new_run_id
 from harness.report.allure import generate_report
 from harness.report.report_cli import default_history_path, report_command
 from harness.repro_cli import repro_command
-from harness.results.compare_cli import compare_command
 from harness.results.store_cli import store_command, store_run
 from harness.service.service_cli import serve_command, upload_command
 

@@ -21,11 +21,13 @@ from click.testing import CliRunner
 from results_fixtures import at, fig, make_run
 from service_helpers import no_report
 
-from harness.calibrate_cli import calibrate_command
+from harness.calibrate_cli import calibrate_command, write_measured
 from harness.planning.decode_speed import HOST_EFFICIENCY
 from harness.probes.gpu_configs import GPU_CONFIG_DIR, load_gpu_configs
 from harness.probes.hardware import detect_hardware
 from harness.results.calibration import PROVENANCE, calibrate, key_label
+from harness.results.comparison import compare
+from harness.results.noise_rule import DEFAULT_NOISE_RULE
 from harness.results.run_record import Hardware, RunRecord
 from harness.results.store import open_store
 from harness.service.app import create_app
@@ -129,3 +131,27 @@ def test_an_unreachable_service_is_one_clear_error(tmp_path: Path) -> None:
     assert "did not answer" in done.output
     assert "check --service" in done.output
     assert "Traceback" not in done.output
+
+
+def test_a_later_night_past_the_calibrated_spread_is_reported_as_drift(tmp_path: Path) -> None:
+    folder = _test_card(tmp_path / "gpu")
+    rows = [r for r in calibrate(_runs()[:4], load_gpu_configs(folder))]
+    assert write_measured(folder / "this-runner.json", rows, 3, folder / "schema.json") == 1
+    cards = load_gpu_configs(folder)
+    nights = _runs()[:4]
+
+    def later(decode: float) -> RunRecord:
+        return make_run("later", branch=CELL, started_at=at(20), hardware=_here(),
+                        figures=[fig("decode_tps", decode), fig("ttft_ms", 21.0)])
+
+    steady = compare(list(reversed(nights)), later(102.0), DEFAULT_NOISE_RULE, cards)
+    assert steady.drift == ()
+    slower = compare(list(reversed(nights)), later(80.0), DEFAULT_NOISE_RULE, cards)
+    (drift,) = slower.drift
+    assert (drift.card, drift.measured.median, drift.current) == ("this-runner", 101.0, 80.0)
+    assert drift.measured.runs == 4
+    assert slower.to_json()["drift"][0]["change"] == pytest.approx(80.0 / 101.0 - 1)
+    markdown = slower.to_markdown()
+    assert "### Drift from the card's measured figures (1)" in markdown
+    assert "| this-runner |" in markdown
+    assert "101 ± 3.5 % (4, last" in markdown

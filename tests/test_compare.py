@@ -301,8 +301,9 @@ def test_json_is_serialisable_with_stable_keys() -> None:
     assert body["figures"][0]["z"] == "inf"
     body = json.loads(json.dumps(_mixed().to_json(), allow_nan=False))
     assert set(body) == {"regressed", "verdict", "current_run", "baseline_runs", "hardware",
-                         "rule", "tests", "figures", "figure_counts", "ab"}
+                         "rule", "tests", "figures", "figure_counts", "ab", "drift"}
     assert body["ab"] is None  # no A/B result in the current run
+    assert body["drift"] == []  # no card configs given
     assert set(body["tests"]) == {"newly_failing", "fixed", "still_failing", "new_tests",
                                   "removed_tests"}
     assert body["tests"]["newly_failing"][0]["test_id"] == "t::pipe"

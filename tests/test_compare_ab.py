@@ -11,7 +11,7 @@ from typing import Any
 from click.testing import CliRunner
 from results_fixtures import at, fig, make_run
 
-from harness.results.compare_cli import EXIT_OK, EXIT_REGRESSED, compare_command
+from harness.compare_cli import EXIT_OK, EXIT_REGRESSED, compare_command
 from harness.results.comparison import Comparison, compare
 from harness.results.run_record import RunRecord
 from harness.results.store import open_store

@@ -261,6 +261,17 @@ class ExpectedMetrics:
 
 
 @dataclass(frozen=True)
+class MeasuredDecode:
+    """A card's calibrated decode speed for one bundle and figure key (``measured``)."""
+
+    median: float
+    #: The nights' interquartile range over the median.
+    spread: float
+    runs: int
+    last: str
+
+
+@dataclass(frozen=True)
 class GpuConfig:
     """One ``harness/resources/gpu/<name>.json``, validated."""
 
@@ -281,6 +292,9 @@ class GpuConfig:
     expected_metrics: ExpectedMetrics
     known_limits: tuple[str, ...]
     description: str | None = None
+    #: ``harness calibrate``'s decode figures, by (bundle, figure key label).
+    measured_decode: Mapping[tuple[str, str], MeasuredDecode] = field(
+        default_factory=lambda: MappingProxyType({}))
     #: Where the config was read from; only for messages.
     source: str = field(default="", compare=False)
 

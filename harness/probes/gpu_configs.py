@@ -26,6 +26,7 @@ from harness.facts.gpu import (
     FitCaps,
     ForkKvType,
     GpuConfig,
+    MeasuredDecode,
     Provenance,
     ServerSettings,
     SettingValue,
@@ -106,6 +107,12 @@ def _load_gpu_config(path: Path, schema_path: Path) -> GpuConfig:
         ),
         known_limits=tuple(obj["known_limits"]),
         description=obj.get("description"),
+        measured_decode=MappingProxyType({
+            (bundle, label): MeasuredDecode(median=float(entry["decode_tps"]["median"]),
+                                            spread=float(entry["decode_tps"]["spread"]),
+                                            runs=int(entry["runs"]), last=entry["last"])
+            for bundle, keys in obj.get("measured", {}).items()
+            for label, entry in keys.items() if "decode_tps" in entry}),
         source=str(path),
     )
     _check_consistency(path, config)

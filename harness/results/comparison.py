@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.facts.gpu import GpuConfig
 from harness.results.comparison_render import comparison_json, comparison_markdown
+from harness.results.drift import Drift, measured_drift
 from harness.results.noise_rule import DEFAULT_NOISE_RULE, Judgement, NoiseRule, judge
 from harness.results.rules import AbVerdict, FigureStatus
 from harness.results.run_record import (
@@ -90,6 +92,8 @@ class Comparison:
     figure_results: tuple[FigureResult, ...] = field(default=())
     #: The current run's A/B result (RunRecord.ab), or None.
     ab: dict[str, Any] | None = None
+    #: Decode figures that left their card's calibrated band (reported, not judged).
+    drift: tuple[Drift, ...] = ()
 
     def figures_with(self, status: FigureStatus) -> list[FigureResult]:
         return [r for r in self.figure_results if r.status == status]
@@ -205,11 +209,13 @@ def compare_figures(baseline: Sequence[RunRecord], current: RunRecord,
 
 
 def compare(baseline: Sequence[RunRecord], current: RunRecord,
-            rule: NoiseRule = DEFAULT_NOISE_RULE) -> Comparison:
+            rule: NoiseRule = DEFAULT_NOISE_RULE,
+            configs: Sequence[GpuConfig] = ()) -> Comparison:
     """Compare ``current`` with ``baseline`` (anchor first, then older runs).
 
     Tests are compared with the anchor only; figures with every baseline run that has
-    them. Refuses baselines from other hardware.
+    them. Refuses baselines from other hardware. ``configs``: the card configs whose
+    calibrated figures the run's decode speed is held against (harness/results/drift.py).
     """
     if not baseline:
         raise HarnessError(f"no baseline runs to compare run {current.run_id} with; "
@@ -222,4 +228,5 @@ def compare(baseline: Sequence[RunRecord], current: RunRecord,
     return Comparison(
         baseline_run_ids=tuple(run.run_id for run in baseline),
         current_run_id=current.run_id, hardware=current.hardware, rule=rule,
-        figure_results=compare_figures(baseline, current, rule), ab=current.ab, **tests)
+        figure_results=compare_figures(baseline, current, rule), ab=current.ab,
+        drift=measured_drift(current, configs, rule.threshold), **tests)

@@ -78,6 +78,9 @@ def comparison_json(c: Comparison) -> dict[str, Any]:
         "figure_counts": {s.value: len(c.figures_with(s)) for s in FigureStatus},
         # As the run record holds it (every number finite, the schema saw to that).
         "ab": c.ab,
+        "drift": [{"card": d.card, "key": asdict(d.key), "label": d.key.label(),
+                   "measured": asdict(d.measured), "current": d.current,
+                   "change": d.change} for d in c.drift],
     }
 
 
@@ -216,4 +219,15 @@ def comparison_markdown(c: Comparison) -> str:
     lines += ["", f"Figures: {', '.join(counts)}."]
     if c.ab is not None:
         lines += _ab_section(c, c.ab)
+    if c.drift:
+        lines += ["", f"### Drift from the card's measured figures ({len(c.drift)})", "",
+                  "Reported, not judged: the decode speed left the band `harness calibrate` "
+                  "recorded for this card (median ± its spread, at least "
+                  f"{rule.threshold * 100:g} %).", "",
+                  "| card | figure | measured (nights) | now | change |",
+                  "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {_cell(d.card)} | {_cell(d.key.label())} | {_num(d.measured.median)} ± "
+                  f"{d.measured.spread * 100:.1f} % ({d.measured.runs}, last "
+                  f"{_cell(d.measured.last)}) | {_num(d.current)} | {_percent(d.change)} |"
+                  for d in c.drift]
     return "\n".join(lines) + "\n"

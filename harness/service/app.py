@@ -71,6 +71,8 @@ from starlette.responses import (
 from starlette.routing import Route
 
 from harness.errors import ConfigError, HarnessError
+from harness.facts.gpu import GpuConfig
+from harness.probes.gpu_configs import load_gpu_configs
 from harness.results.baseline_selection import select_baseline
 from harness.results.comparison import HardwareMismatchError, compare
 from harness.results.noise_rule import NoiseRule
@@ -136,6 +138,7 @@ class _Service:
                                  max_unpacked_bytes=settings.max_unpacked_bytes,
                                  max_members=settings.max_members)
         self._token = settings.token.encode()
+        self.configs = _card_configs()
 
     # -- upload -----------------------------------------------------------------
 
@@ -285,7 +288,7 @@ class _Service:
                 return _run_not_found(head)
             try:
                 comparison = compare(select_baseline(self.store, base, current, window),
-                                     current, rule)
+                                     current, rule, self.configs)
             except HardwareMismatchError as exc:
                 return _error(409, str(exc), base_hardware=exc.baseline.describe(),
                               head_hardware=exc.current.describe())
@@ -373,6 +376,16 @@ class _Service:
         except ResultsStoreError as exc:
             return JSONResponse({"status": "unavailable", "error": str(exc)}, status_code=503)
         return JSONResponse({"status": "ok"})
+
+
+def _card_configs() -> tuple[GpuConfig, ...]:
+    """The card configs comparisons hold decode speeds against (their calibrated figures);
+    a broken one turns the drift report off rather than the service."""
+    try:
+        return load_gpu_configs()
+    except ConfigError as exc:
+        log.warning("no drift reports against measured card figures: %s", exc)
+        return ()
 
 
 def _bearer(error: str | None = None) -> dict[str, str]:

@@ -20,6 +20,7 @@ import httpx
 from click.core import ParameterSource
 
 from harness.errors import HarnessError
+from harness.probes.gpu_configs import load_gpu_configs
 from harness.results.baseline_selection import select_baseline
 from harness.results.comparison import compare
 from harness.results.noise_rule import NoiseRule
@@ -57,7 +58,8 @@ def _report(*, baseline: str, current: str | None, window: int, rule: NoiseRule,
     """The rendered comparison and whether it regressed."""
     with open_store(results_url) as store:
         run = _current_run(store, current)
-        comparison = compare(select_baseline(store, baseline, run, window), run, rule)
+        comparison = compare(select_baseline(store, baseline, run, window), run, rule,
+                             load_gpu_configs())
     if output_format == "json":
         text = json.dumps(comparison.to_json(), indent=2, sort_keys=True) + "\n"
     else:
