@@ -43,6 +43,10 @@ class Service:
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[Service]:
+    yield from run_service(tmp_path)
+
+
+def run_service(tmp_path: Path) -> Iterator[Service]:
     """``harness serve`` in a child process, with its own data directory and store."""
     port = service_helpers.free_port()
     data_dir = tmp_path / "service"

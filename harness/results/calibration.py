@@ -30,7 +30,7 @@ from typing import Any
 from harness.facts.gpu import GpuConfig
 from harness.planning.autotune import match_config
 from harness.planning.decode_speed import GPU_EFFICIENCY, HOST_EFFICIENCY
-from harness.results.run_record import FigureKey, RunRecord
+from harness.results.run_record import FigureKey, RunRecord, figure_medians
 
 PROVENANCE = "measured"
 #: What ``Hardware.gpu`` holds on a runner without a GPU (the probe writes ``none``).
@@ -92,7 +92,7 @@ def calibrate(runs: Iterable[RunRecord],
         card = card_of(run, configs)
         if card is None:
             continue
-        for (key, metric), (value, predicted) in _run_medians(run).items():
+        for (key, metric), (value, predicted) in figure_medians(run).items():
             if metric in ("decode_tps", "ttft_ms"):
                 groups.setdefault((card.name, key, metric), []).append(
                     Sample(run.run_id, run.started_at, run.harness_version, value, predicted))
@@ -150,19 +150,6 @@ def with_measured(config: Mapping[str, Any], section: Mapping[str, Any]) -> dict
     if section:
         updated["measured"] = dict(section)
     return updated
-
-
-def _run_medians(run: RunRecord) -> dict[tuple[FigureKey, str], tuple[float, float | None]]:
-    samples: dict[tuple[FigureKey, str], list[tuple[float, float | None]]] = {}
-    for figure in run.figures:
-        samples.setdefault((figure.key, figure.metric), []).append(
-            (figure.value, figure.predicted))
-    found = {}
-    for fid, pairs in samples.items():
-        guesses = [p for _, p in pairs if p is not None]
-        found[fid] = (statistics.median(v for v, _ in pairs),
-                      statistics.median(guesses) if guesses else None)
-    return found
 
 
 def _relative_iqr(values: Sequence[float], median: float) -> float:

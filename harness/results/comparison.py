@@ -31,6 +31,7 @@ from harness.results.run_record import (
     Hardware,
     Outcome,
     RunRecord,
+    figure_medians,
     metric_direction,
     metric_unit,
 )
@@ -174,10 +175,7 @@ FigureId = tuple[FigureKey, str]
 
 def run_figures(run: RunRecord) -> dict[FigureId, float]:
     """One value per (key, metric) of ``run``: the median of its samples."""
-    samples: dict[FigureId, list[float]] = {}
-    for figure in run.figures:
-        samples.setdefault((figure.key, figure.metric), []).append(figure.value)
-    return {fid: statistics.median(values) for fid, values in samples.items()}
+    return {fid: value for fid, (value, _) in figure_medians(run).items()}
 
 
 def compare_figures(baseline: Sequence[RunRecord], current: RunRecord,

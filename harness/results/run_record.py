@@ -7,6 +7,7 @@ store keeps them, ``harness compare`` and the results service read them back.
 from __future__ import annotations
 
 import enum
+import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -238,3 +239,18 @@ class RunRecord:
 def _plain(value: object) -> object:
     """An enum member's value (an exact str for a StrEnum); anything else as it is."""
     return value.value if isinstance(value, enum.Enum) else value
+
+
+def figure_medians(run: RunRecord) -> dict[tuple[FigureKey, str], tuple[float, float | None]]:
+    """Per (key, metric): the median of the samples, and of their predictions (None when
+    no sample has one)."""
+    samples: dict[tuple[FigureKey, str], list[tuple[float, float | None]]] = {}
+    for figure in run.figures:
+        samples.setdefault((figure.key, figure.metric), []).append(
+            (figure.value, figure.predicted))
+    found = {}
+    for fid, pairs in samples.items():
+        guesses = [p for _, p in pairs if p is not None]
+        found[fid] = (statistics.median(v for v, _ in pairs),
+                      statistics.median(guesses) if guesses else None)
+    return found

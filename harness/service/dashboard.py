@@ -14,13 +14,12 @@ The index lists every branch and hardware pair with runs, newest first.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from harness.results.noise_rule import DEFAULT_NOISE_RULE, NoiseRule, judge
 from harness.results.rules import NOISE_WINDOW, FigureStatus
-from harness.results.run_record import METRICS, FigureKey, Metric, RunRecord
+from harness.results.run_record import METRICS, FigureKey, Metric, RunRecord, figure_medians
 
 
 @dataclass(frozen=True)
@@ -67,7 +66,7 @@ def dashboard_series(runs_oldest_first: Sequence[RunRecord],
     """Every figure key and metric of these runs, each a series over the runs."""
     values: dict[tuple[FigureKey, str], list[tuple[RunRecord, float, float | None]]] = {}
     for run in runs_oldest_first:
-        for fid, (value, predicted) in _medians(run).items():
+        for fid, (value, predicted) in figure_medians(run).items():
             values.setdefault(fid, []).append((run, value, predicted))
     series = []
     for (key, name), measured in values.items():
@@ -98,19 +97,6 @@ def index_rows(runs_newest_first: Iterable[RunRecord]) -> tuple[IndexRow, ...]:
                       else IndexRow(known.branch, known.hardware, known.description,
                                     known.runs + 1, known.latest))
     return tuple(rows.values())
-
-
-def _medians(run: RunRecord) -> dict[tuple[FigureKey, str], tuple[float, float | None]]:
-    samples: dict[tuple[FigureKey, str], list[tuple[float, float | None]]] = {}
-    for figure in run.figures:
-        samples.setdefault((figure.key, figure.metric), []).append(
-            (figure.value, figure.predicted))
-    found = {}
-    for fid, pairs in samples.items():
-        predictions = [p for _, p in pairs if p is not None]
-        found[fid] = (statistics.median(v for v, _ in pairs),
-                      statistics.median(predictions) if predictions else None)
-    return found
 
 
 def _band(mean: float | None, stdev: float | None, n: int, rule: NoiseRule,
