@@ -3,7 +3,7 @@
 A real ``harness serve`` on loopback holds the nights. The nightly script runs two nights
 of one cell here on the CPU path (the native build, HARNESS_GATE_RUNNER=subprocess) and,
 where Docker answers, two on the Vulkan path (the Vulkan image, llvmpipe as its device),
-each cut down with ``-k`` to the smoke suite's fixture tests. ``harness calibrate`` then
+each cut down with ``-k`` to one smoke test (the dense fixture). ``harness calibrate`` then
 reads the nights back over HTTP with card configs that include test cards for what this
 machine reports — its CPU model for the CPU runs, ``llvmpipe`` for the Vulkan ones — and
 writes their measured sections, which hold the real nights' decode speeds and the
@@ -34,7 +34,8 @@ pytestmark = pytest.mark.server
 
 ROOT = Path(__file__).resolve().parent.parent
 NIGHTLY = ROOT / "ci" / "scripts" / "nightly.sh"
-SELECTION = "test_fixture_serves"
+#: One fixture: on llvmpipe every measured server costs about 40 s.
+SELECTION = "test_fixture_serves and dense"
 
 
 #: One cell per path: a bundle of its own, so each path's nights keep their own history.
