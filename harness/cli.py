@@ -34,8 +34,11 @@ from harness.planning.container_plan import IMAGE_ARGS, LOCAL_BASES, LocalBase
 from harness.probes.docker_engine import docker_engine
 from harness.recording.run_file import new_run_id
 from harness.report.allure import generate_report
+from harness.report.baseline_figures import baseline_picture
+from harness.report.global_attachments import GlobalAttachment
 from harness.report.report_cli import default_history_path, report_command
 from harness.repro_cli import repro_command
+from harness.results.run_record import RunRecord
 from harness.results.store_cli import store_command, store_run
 from harness.service.service_cli import serve_command, upload_command
 
@@ -180,14 +183,17 @@ def run(*, alluredir: Path, report_dir: Path, run_record: Path, results_url: str
     console.print("[bold]running[/] " + " ".join(argv[2:]))
     code = subprocess.call(argv, env={**os.environ, "HARNESS_RUN_ID": run_id})
     console.print(f"[bold]Allure results[/] {alluredir}")
+    pictures: tuple[GlobalAttachment, ...] = ()
     if run_record.is_file():
         stored, created, where = store_run(run_record, results_url)
         state = "stored" if created else "already stored"
         console.print(f"[bold]run {stored.run_id}[/] {state} in {where} "
                       f"({len(stored.figures)} figures); record {run_record}", soft_wrap=True)
+        pictures = _baseline_picture(stored, results_url)
     else:
         console.print(f"no run record at {run_record}: pytest ended before writing it")
-    report = generate_report(alluredir, report_dir, history_path=default_history_path())
+    report = generate_report(alluredir, report_dir, history_path=default_history_path(),
+                             global_attachments=pictures)
     for problem in report.problems:
         console.print(f"warning: left out of the report: {problem}", markup=False)
     if single_file:
@@ -197,6 +203,15 @@ def run(*, alluredir: Path, report_dir: Path, run_record: Path, results_url: str
     console.print(f"[bold]suites {'passed' if code == 0 else 'FAILED'}[/] (pytest exit {code})")
     console.print(f"[bold]Allure report[/] {report.index_html}", soft_wrap=True)
     sys.exit(code)
+
+
+def _baseline_picture(run: RunRecord, results_url: str | None) -> tuple[GlobalAttachment, ...]:
+    try:
+        return baseline_picture(run, results_url)
+    except HarnessError as exc:
+        console.print(f"warning: no picture of the figures against the baseline: {exc}",
+                      markup=False)
+        return ()
 
 
 def _gpu_archs(backend: Backend, cuda_archs: str, amdgpu_targets: str) -> tuple[str, ...]:

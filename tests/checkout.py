@@ -15,7 +15,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 def allure_missing() -> str | None:
     """Why the harness would not find the Allure 3 CLI here (None: it would)."""
-    from harness.report.allure import allure_command  # noqa: PLC0415 - may not import
+    from harness.report.allure_cli import allure_command  # noqa: PLC0415 - may not import
 
     try:
         allure_command()

@@ -30,14 +30,8 @@ from harness.errors import (
     ToolMissingError,
 )
 from harness.report import allure_meta
-from harness.report.allure import (
-    ALLURE_ENV,
-    ALLURE_VERSION,
-    ReportError,
-    allure_command,
-    generate_report,
-    report_config,
-)
+from harness.report.allure import ReportError, generate_report, report_config
+from harness.report.allure_cli import ALLURE_ENV, ALLURE_VERSION, allure_command
 from harness.report.allure_meta import (
     CATEGORIES,
     categories_json,

@@ -44,7 +44,7 @@ from harness.probes.gpu_access import host_group_id, readable_and_writable
 from harness.probes.gpu_configs import load_gpu_configs
 from harness.probes.gpu_health import probe_gpus
 from harness.probes.toolchain import compiler_version
-from harness.report.allure import allure_command, installed_version
+from harness.report.allure_cli import allure_command, installed_version
 from harness.resources.python_pins import normal_name, read_constraints
 from harness.results.store import open_store
 from harness.results.store_backends import default_url, display_url

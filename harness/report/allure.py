@@ -1,9 +1,7 @@
-"""Render allure-pytest results with the pinned Allure Report 3 CLI (``ALLURE_VERSION``).
+"""Render allure-pytest results with the pinned Allure Report 3 CLI.
 
-The CLI is ``$HARNESS_ALLURE`` when set (its path), else ``node_modules/.bin/allure`` in
-the working directory or a folder above it (a checkout after ``scripts/setup.sh``, or any
-folder after ``npm install allure@VERSION``), else ``allure`` on ``PATH``; a CLI of
-another version is refused.
+The CLI is found by harness/report/allure_cli.py; global attachments (a picture beside
+the tests) are written into the staged results by harness/report/global_attachments.py.
 
 The config is generated per run (``allurerc.json`` in a temporary folder, never in the
 checkout): the Awesome report, the harness's failure categories, and ``historyPath`` —
@@ -32,8 +30,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,17 +40,12 @@ from typing import Any
 from filelock import FileLock
 
 from harness.errors import HarnessError, ToolMissingError
+from harness.report.allure_cli import allure_command
 from harness.report.allure_meta import categories_json
+from harness.report.global_attachments import GlobalAttachment, write_global_attachments
 from harness.report.staging import HistoryUnreadableError, repair_history, stage_results
 
 DEFAULT_REPORT_NAME = "llama-server regression harness"
-#: The Allure 3 release the report's config and categories are written for; package.json
-#: and package-lock.json pin the same one (tests/test_report.py keeps them equal).
-ALLURE_VERSION = "3.18.0"
-#: The setting that names the CLI to run (a path), ahead of any other place.
-ALLURE_ENV = "HARNESS_ALLURE"
-#: The command that installs the pinned CLI in a checkout, from package-lock.json.
-NPM_INSTALL = "npm ci --no-audit --no-fund"
 #: Group the report's tree as allure-pytest labels the tests: package, module, class.
 GROUP_BY = ("parentSuite", "suite", "subSuite")
 OUTPUT_TAIL_LINES = 40
@@ -70,84 +64,6 @@ class ReportResult:
     problems: tuple[str, ...]
     #: Tests in the report (Allure's count; retries of a test count once).
     tests: int
-
-
-def allure_command(environ: Mapping[str, str] | None = None,
-                   cwd: Path | None = None) -> list[str]:
-    """The command that runs the Allure 3 CLI, found as the module docstring says.
-
-    Refuses with the install command when node or the CLI is missing, and when the CLI
-    found is not the pinned version (reports differ between Allure releases).
-    """
-    env = os.environ if environ is None else environ
-    node = shutil.which("node", path=env.get("PATH"))
-    if node is None:
-        raise ToolMissingError(f"node is not installed, and the Allure report CLI runs on it; "
-                               f"install Node.js 20 (Debian: `apt-get install nodejs npm`), "
-                               f"then {_install_hint()}")
-    cli = find_allure_cli(env, Path.cwd() if cwd is None else cwd)
-    installed = installed_version(cli)
-    if installed is not None and installed != ALLURE_VERSION:
-        raise ToolMissingError(f"{cli} is allure {installed}, but the harness is made for "
-                               f"allure {ALLURE_VERSION}; {_install_hint()}")
-    return [node, str(cli.resolve())] if _runs_on_node(cli) else [str(cli)]
-
-
-def find_allure_cli(environ: Mapping[str, str], cwd: Path) -> Path:
-    """``$HARNESS_ALLURE``, else ``node_modules/.bin/allure`` in ``cwd`` or a folder
-    above it (where ``npm install`` puts it), else ``allure`` on ``PATH``."""
-    given = environ.get(ALLURE_ENV)
-    if given:
-        path = Path(given).expanduser()
-        if not path.is_file():
-            raise ToolMissingError(f"{ALLURE_ENV}={given}: no such file; point it at the "
-                                   f"Allure 3 CLI (node_modules/.bin/allure) or unset it")
-        return path
-    for folder in (cwd, *cwd.parents):
-        local = folder / "node_modules" / ".bin" / "allure"
-        if local.exists():
-            return local
-    on_path = shutil.which("allure", path=environ.get("PATH"))
-    if on_path is not None:
-        return Path(on_path)
-    raise ToolMissingError(f"the Allure report CLI is not installed (no {ALLURE_ENV}, no "
-                           f"node_modules/.bin/allure in {cwd} or above it, no `allure` "
-                           f"on PATH); {_install_hint()}")
-
-
-def installed_version(cli: Path) -> str | None:
-    """The version in the package.json of the ``allure`` package that ``cli`` belongs
-    to (npm links ``.bin/allure`` into it); None when it cannot be told."""
-    try:
-        resolved = cli.resolve(strict=True)
-    except OSError:
-        return None
-    for folder in resolved.parents:
-        try:
-            manifest = json.loads((folder / "package.json").read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(manifest, dict) and manifest.get("name") == "allure":
-            version = manifest.get("version")
-            return version if isinstance(version, str) else None
-    return None
-
-
-def _runs_on_node(cli: Path) -> bool:
-    """npm's CLIs are JavaScript files (``#!/usr/bin/env node``): run them with the node
-    found above, so a PATH without node in the child still works."""
-    try:
-        with cli.resolve().open("rb") as handle:
-            first = handle.readline(200)
-    except OSError:
-        return False
-    return cli.resolve().suffix in {".js", ".mjs", ".cjs"} or b"node" in first
-
-
-def _install_hint() -> str:
-    return (f"install it with `npm install allure@{ALLURE_VERSION}` in the working "
-            f"directory (a checkout: `bash scripts/setup.sh`, which runs `{NPM_INSTALL}`), "
-            f"or set {ALLURE_ENV} to the CLI's path")
 
 
 def report_config(output_dir: Path, *, report_name: str, single_file: bool,
@@ -175,6 +91,7 @@ def report_config(output_dir: Path, *, report_name: str, single_file: bool,
 
 def generate_report(results_dir: Path, output_dir: Path, *, history_path: Path | None = None,
                     single_file: bool = False, report_name: str = DEFAULT_REPORT_NAME,
+                    global_attachments: Sequence[GlobalAttachment] = (),
                     timeout_s: float = DEFAULT_TIMEOUT_S,
                     temp_root: Path | None = None) -> ReportResult:
     """Render ``results_dir`` into ``output_dir`` (replaced); see the module docstring.
@@ -198,6 +115,8 @@ def generate_report(results_dir: Path, output_dir: Path, *, history_path: Path |
             listed = "\n  ".join(problems)
             raise ReportError(f"no readable test result in {results_dir}; every "
                               f"*-result.json file is bad:\n  {listed}")
+        # Into the staged copy: the results folder the user gave is left as it was.
+        write_global_attachments(staged.directory, global_attachments, int(time.time() * 1000))
         history = _usable_history(history_path, problems)
         new_dir = output_dir.parent / f".{output_dir.name}.new-{uuid.uuid4().hex[:8]}"
         config = report_config(new_dir, report_name=report_name, single_file=single_file,

@@ -11,8 +11,12 @@ from pathlib import Path
 
 import click
 
+from harness.errors import HarnessError
 from harness.paths import cache_root
 from harness.report.allure import generate_report
+from harness.report.baseline_figures import baseline_picture
+from harness.report.global_attachments import GlobalAttachment
+from harness.results.store_cli import read_run_json
 
 HISTORY_ENV = "HARNESS_ALLURE_HISTORY"
 HISTORY_FILE = "allure-history.jsonl"
@@ -39,12 +43,26 @@ def default_history_path(environ: dict[str, str] | None = None) -> Path:
                    f"(default: ${HISTORY_ENV}, else $HARNESS_CACHE/{HISTORY_FILE}).")
 @click.option("--single-file", is_flag=True,
               help="One self-contained index.html that opens from disk (file://).")
+@click.option("--run-record", type=click.Path(path_type=Path, dir_okay=False),
+              default=Path("harness-run") / "run.json", show_default=True,
+              help="The run's record: when it is there, the report's front page shows its "
+                   "figures against the earlier runs of its branch in the results store.")
+@click.option("--results-url", envvar="HARNESS_RESULTS_URL", default=None,
+              help="The results store the baseline comes from [env HARNESS_RESULTS_URL; "
+                   "default: the SQLite file in the harness cache].")
 def report_command(*, results_dir: Path, output_dir: Path, history_path: Path | None,
-                   single_file: bool) -> None:
+                   single_file: bool, run_record: Path, results_url: str | None) -> None:
     """Render the suites' Allure results into a report; print its index.html."""
+    pictures: tuple[GlobalAttachment, ...] = ()
+    if run_record.is_file():
+        try:
+            pictures = baseline_picture(read_run_json(run_record), results_url)
+        except HarnessError as exc:
+            click.echo(f"warning: no picture of the figures against the baseline: {exc}",
+                       err=True)
     result = generate_report(results_dir, output_dir,
                              history_path=history_path or default_history_path(),
-                             single_file=single_file)
+                             single_file=single_file, global_attachments=pictures)
     for problem in result.problems:
         click.echo(f"warning: {problem}", err=True)
     click.echo(f"{result.tests} tests", err=True)

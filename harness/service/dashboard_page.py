@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 from urllib.parse import quote, urlencode
 
 from matplotlib import rc_context
-from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
 
 from harness.results.rules import FigureStatus
@@ -112,7 +111,7 @@ def series_svg(series: DashboardSeries, number: int,
         axes.margins(x=0.03)
         axes.legend(fontsize=7, loc="best")
         buffer = io.StringIO()
-        FigureCanvasSVG(figure).print_svg(buffer)  # type: ignore[no-untyped-call]
+        figure.savefig(buffer, format="svg")
     text = buffer.getvalue()
     return text[text.index("<svg"):]
 
