@@ -159,7 +159,7 @@ def _kv_bytes_read(kv: KvPlan | None, depth: int) -> float:
 def _caveat(host_bytes: int, llc: int) -> str | None:
     if host_bytes <= 0 or llc <= 0 or host_bytes >= LLC_MULTIPLE * llc:
         return None
-    return (f"only {host_bytes / 2**20:.0f} MiB per token comes from host memory, under "
+    return (f"only {host_bytes / 2**20:.1f} MiB per token comes from host memory, under "
             f"{LLC_MULTIPLE}x the {llc / 2**20:.0f} MiB last-level cache: part of it is read "
             "from the cache and per-token overheads weigh, so the bandwidth model does not "
             "hold here (bench, 37 MiB, measured 0.74x its prediction)")
