@@ -30,7 +30,9 @@ from harness.probes.gpu_configs import GPU_CONFIG_DIR, load_gpu_configs
 from harness.probes.hardware import detect_hardware
 from harness.required import skip_unless_present
 
-pytestmark = pytest.mark.server
+# alone: the nights measure every server (on llvmpipe about 40 s of both cores each), which
+# starved a browser test beside it past its 30 s wait in a parallel run.
+pytestmark = [pytest.mark.server, pytest.mark.alone]
 
 ROOT = Path(__file__).resolve().parent.parent
 NIGHTLY = ROOT / "ci" / "scripts" / "nightly.sh"
