@@ -77,8 +77,7 @@ def main() -> None:
     cache = cache_root()
     build = ensure_build(cache, BuildRequest()).info
     measured = host_memory(cache)
-    host = HostBandwidth(measured.read_gbps, f"measured on {measured.host}",
-                         measured.last_level_cache_bytes)
+    host = measured.bandwidth()
     print(f"host read bandwidth {measured.read_gbps:.1f} GB/s ({measured.threads} threads, "
           f"{measured.measured_at}); last-level cache "
           f"{measured.last_level_cache_bytes / 2**20:.0f} MiB")

@@ -23,7 +23,6 @@ from harness.facts.gpu import GpuInfo
 from harness.paths import cache_root
 from harness.planning.decode_speed import (
     DecodePrediction,
-    HostBandwidth,
     plan_bandwidths,
     predict_plan,
 )
@@ -76,10 +75,7 @@ def plan_command(*, gpu_name: str | None, vram_mib: int | None, bundle: Path | N
 
 def _predict(plan: LaunchPlan, request: PlanRequest) -> tuple[DecodePrediction, ...] | str:
     """The plan's predicted decode speed, or why there is none (planning/decode_speed.py)."""
-    measured = host_memory(cache_root())
-    host = HostBandwidth(measured.read_gbps, f"measured on {measured.host} "
-                         f"{measured.measured_at}", measured.last_level_cache_bytes)
-    bandwidths = plan_bandwidths(plan, request.gpu, host)
+    bandwidths = plan_bandwidths(plan, request.gpu, host_memory(cache_root()).bandwidth())
     if isinstance(bandwidths, str):
         return bandwidths
     return predict_plan(plan, request.model, bandwidths)

@@ -17,10 +17,10 @@ from urllib.parse import urlencode
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser
 from results_fixtures import CPU_BOX, at, fig, figure_key, make_run
 from service_helpers import no_report
-from test_report_browser import CHROMIUM, NO_CHROMIUM, keep_screenshot
+from test_report_browser import NO_CHROMIUM, keep_screenshot, launch_chromium
 
 from harness.required import skip_unless_present
 from harness.results.rules import FigureStatus
@@ -87,10 +87,7 @@ def test_store_text_is_escaped_and_the_page_has_no_script() -> None:
 @pytest.fixture
 def browser() -> Iterator[Browser]:
     skip_unless_present("chromium", NO_CHROMIUM)
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield chromium
-        chromium.close()
+    yield from launch_chromium()
 
 
 def test_chromium_draws_one_point_per_stored_run_each_linking_to_its_report(

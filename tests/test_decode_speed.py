@@ -5,11 +5,10 @@ hand for small models, and ``harness plan`` printing it for every fixture and bu
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from test_plan_cli import plan_json
 
 from harness import modelgen
 from harness.facts.gpu import GpuInfo
@@ -174,15 +173,6 @@ def test_a_real_measurement_is_a_plausible_bandwidth() -> None:
     assert 0.1 < gbps < 10_000
 
 
-def _plan_json(*args: str) -> dict[str, object]:
-    done = subprocess.run([sys.executable, "-c", "from harness.cli import main; main()",
-                           "plan", *args, "--json"], capture_output=True, text=True,
-                          timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    data: dict[str, object] = json.loads(done.stdout)
-    return data
-
-
 #: Every fixture but the truncated one, which harness plan refuses by name (test_plan_cli).
 PLANNABLE = [n for n in modelgen.FIXTURE_NAMES if n != "drafter-corrupt"]
 
@@ -194,13 +184,13 @@ def test_harness_plan_prints_a_prediction_for_each_fixture_and_bundle(
         target: tuple[str, str], fixture_set: modelgen.FixtureSet) -> None:
     option, name = target
     path = fixture_set.model(name) if option == "--model" else fixture_set.bundle(name)
-    data = _plan_json(option, str(path))
+    data = plan_json(option, str(path))
     predictions = data["decode_prediction"]
     assert isinstance(predictions, list)
     assert predictions
     assert all(p["tokens_per_s"] > 0 and p["gpu_bytes_per_token"] == 0
                and p["host_bytes_per_token"] > 0 for p in predictions)
-    on_card = _plan_json(option, str(path), "--gpu", "NVIDIA H200", "--vram-mib", "143771")
+    on_card = plan_json(option, str(path), "--gpu", "NVIDIA H200", "--vram-mib", "143771")
     first = on_card["decode_prediction"]
     assert isinstance(first, list)
     assert first[0]["gpu_gbps"] == 4800

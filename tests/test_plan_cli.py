@@ -37,7 +37,8 @@ def _plan(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=120, check=False)
 
 
-def _json(*args: str) -> dict[str, Any]:
+def plan_json(*args: str) -> dict[str, Any]:
+    """``harness plan ARGS --json``, parsed; the command must succeed."""
     result = _plan(*args, "--json")
     assert result.returncode == 0, result.stderr
     data: dict[str, Any] = json.loads(result.stdout)
@@ -47,7 +48,7 @@ def _json(*args: str) -> dict[str, Any]:
 @pytest.mark.parametrize("bundle", modelgen.BUNDLE_NAMES)
 def test_json_plan_of_each_bundle(bundle: str, fixture_set: modelgen.FixtureSet,
                                   build_json: Path) -> None:
-    data = _json(*RTX_4090, "--bundle", str(fixture_set.bundle(bundle)),
+    data = plan_json(*RTX_4090, "--bundle", str(fixture_set.bundle(bundle)),
                  "--build-json", str(build_json))
     assert data["route"]["fused"] is True
     assert data["tune"]["label"] == "rtx-4090"
@@ -58,7 +59,7 @@ def test_json_plan_of_each_bundle(bundle: str, fixture_set: modelgen.FixtureSet,
 
 
 def test_overrides_on_a_bare_model(fixture_set: modelgen.FixtureSet, build_json: Path) -> None:
-    data = _json("--model", str(fixture_set.model("dense")), "--ctx", "1024", "--parallel", "2",
+    data = plan_json("--model", str(fixture_set.model("dense")), "--ctx", "1024", "--parallel", "2",
                  "--cache-type-k", "f32", "--build-json", str(build_json))
     assert data["route"]["reason"] == "default"
     assert data["fields"]["ctx_size"] == {"value": 1024, "origin": "call"}

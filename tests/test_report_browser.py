@@ -92,6 +92,11 @@ def serve() -> Iterator[functools.partial[str]]:
 
 @pytest.fixture
 def browser() -> Iterator[Browser]:
+    yield from launch_chromium()
+
+
+def launch_chromium() -> Iterator[Browser]:
+    """The system Chromium, headless, closed when the generator ends."""
     with sync_playwright() as playwright:
         # Root in a container: Chromium's sandbox cannot start, so it is turned off.
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])

@@ -173,6 +173,11 @@ class HostBandwidth:
     source: str
     last_level_cache_bytes: int = 0
 
+    def bandwidths(self) -> Bandwidths:
+        """Host memory only: the plan has no GPU (add one with ``dataclasses.replace``)."""
+        return Bandwidths(host_gbps=self.read_gbps, host_source=self.source,
+                          last_level_cache_bytes=self.last_level_cache_bytes)
+
 
 def plan_bandwidths(plan: LaunchPlan, gpu: GpuInfo | None,
                     host: HostBandwidth) -> Bandwidths | str:
@@ -181,8 +186,7 @@ def plan_bandwidths(plan: LaunchPlan, gpu: GpuInfo | None,
     The GPU's is its config's ``memory_bandwidth_gbps``: the matched card's, or the card
     the VRAM bucket borrowed settings from (said in the source, as it is another card).
     """
-    base = Bandwidths(host_gbps=host.read_gbps, host_source=host.source,
-                      last_level_cache_bytes=host.last_level_cache_bytes)
+    base = host.bandwidths()
     if gpu is None:
         return base
     config = plan.tune.config

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.files import write_json_atomic
+from harness.planning.decode_speed import HostBandwidth
 from harness.probes.hardware import cpu_model
 
 CACHE_NAME = "host-memory.json"
@@ -44,6 +45,11 @@ class HostMemory:
     measured_at: str
     #: The largest CPU cache (bytes), 0 when the kernel does not say.
     last_level_cache_bytes: int
+
+    def bandwidth(self) -> HostBandwidth:
+        """The figure as the decode prediction takes it, saying where it came from."""
+        return HostBandwidth(self.read_gbps, f"measured on {self.host} {self.measured_at}",
+                             self.last_level_cache_bytes)
 
     def same_host(self, other: HostMemory) -> bool:
         return (self.host, self.cpu, self.mem_total_bytes) == (

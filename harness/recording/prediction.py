@@ -11,20 +11,33 @@ a drafter's speculation is not modelled.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.facts.gpu import GpuConfig
 from harness.paths import cache_root
 from harness.planning.autotune import match_config
-from harness.planning.decode_speed import Bandwidths, predict_decode
+from harness.planning.decode_speed import HostBandwidth, predict_decode
 from harness.planning.launch import LaunchSpec
 from harness.probes.gguf_facts import read_model_facts
 from harness.probes.gpu_configs import load_gpu_configs
 from harness.probes.host_memory import host_memory
+from harness.results.run_record import NO_GPU
 
-NO_GPU = ("", "none")
+
+@functools.cache
+def _cards() -> tuple[GpuConfig, ...]:
+    """The card configs, validated once per process: every measured server asks."""
+    return load_gpu_configs()
+
+
+@functools.cache
+def _host() -> HostBandwidth:
+    """This host's read bandwidth, read (or measured) once per process."""
+    return host_memory(cache_root()).bandwidth()
 
 
 def predicted_decode_tps(spec: LaunchSpec, plans: Sequence[Any], *, backend: str,
@@ -34,12 +47,10 @@ def predicted_decode_tps(spec: LaunchSpec, plans: Sequence[Any], *, backend: str
     plan = next((p for p in plans if getattr(p, "spec", None) == spec), None)
     try:
         model = read_model_facts(spec.model)
-        host = host_memory(cache_root())
-        bandwidths = Bandwidths(host_gbps=host.read_gbps, host_source="measured",
-                                last_level_cache_bytes=host.last_level_cache_bytes)
+        bandwidths = _host().bandwidths()
         if backend != "cpu":
-            config = (match_config(gpu_name, load_gpu_configs())
-                      if gpu_name not in NO_GPU else None)
+            config = (match_config(gpu_name, _cards())
+                      if gpu_name and gpu_name != NO_GPU else None)
             if config is None:
                 return None
             bandwidths = replace(bandwidths, gpu_gbps=config.memory_bandwidth_gbps,

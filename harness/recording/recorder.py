@@ -26,7 +26,7 @@ from harness.perf.keys import (
 from harness.perf.measure import kv_mib, measure_speed, peak_host_mib, vram_mib
 from harness.planning.launch import LaunchSpec
 from harness.recording.prediction import predicted_decode_tps
-from harness.results.run_record import FigureKey
+from harness.results.run_record import NO_GPU, FigureKey
 from harness.runners.base import RunningServer
 
 
@@ -36,7 +36,7 @@ class MeasureSettings:
 
     enabled: bool = False
     backend: str = "cpu"
-    gpu: str = "none"
+    gpu: str = NO_GPU
     n_prompt: int = DEFAULT_PROMPT_TOKENS
     n_gen: int = DEFAULT_GEN_TOKENS
     repetitions: int = DEFAULT_REPETITIONS

@@ -89,12 +89,13 @@ def installed_version(cli: Path) -> str | None:
 def _runs_on_node(cli: Path) -> bool:
     """npm's CLIs are JavaScript files (``#!/usr/bin/env node``): run them with the node
     found above, so a PATH without node in the child still works."""
+    target = cli.resolve()
     try:
-        with cli.resolve().open("rb") as handle:
+        with target.open("rb") as handle:
             first = handle.readline(200)
     except OSError:
         return False
-    return cli.resolve().suffix in {".js", ".mjs", ".cjs"} or b"node" in first
+    return target.suffix in {".js", ".mjs", ".cjs"} or b"node" in first
 
 
 def _install_hint() -> str:

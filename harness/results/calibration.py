@@ -33,8 +33,6 @@ from harness.planning.decode_speed import GPU_EFFICIENCY, HOST_EFFICIENCY
 from harness.results.run_record import FigureKey, RunRecord, figure_medians
 
 PROVENANCE = "measured"
-#: What ``Hardware.gpu`` holds on a runner without a GPU (the probe writes ``none``).
-NO_GPU = (None, "", "none")
 
 
 @dataclass(frozen=True)
@@ -73,8 +71,8 @@ class CalibrationRow:
 
 def card_of(run: RunRecord, configs: Sequence[GpuConfig]) -> GpuConfig | None:
     """The card config whose ``match`` finds the run's GPU (else its CPU model)."""
-    gpu = run.hardware.gpu
-    return match_config(run.hardware.cpu if gpu in NO_GPU else gpu, configs)
+    hardware = run.hardware
+    return match_config(hardware.gpu if hardware.has_gpu else hardware.cpu, configs)
 
 
 def key_label(key: FigureKey) -> str:

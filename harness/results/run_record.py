@@ -71,15 +71,23 @@ def metric_unit(metric: str) -> str:
     return known.unit if known else ""
 
 
+#: What ``Hardware.gpu`` (and the figure keys' ``gpu``) holds on a runner without a GPU.
+NO_GPU = "none"
+
+
 @dataclass(frozen=True)
 class Hardware:
     """Where a run ran. ``identity`` is what comparisons must agree on."""
 
     host: str
     cpu: str
-    gpu: str = "none"
+    gpu: str = NO_GPU
     gpu_driver: str | None = None
     vram_mib: int | None = None
+
+    @property
+    def has_gpu(self) -> bool:
+        return bool(self.gpu) and self.gpu != NO_GPU
 
     @property
     def identity(self) -> str:
@@ -87,7 +95,7 @@ class Hardware:
         return f"{self.gpu} | {self.cpu}"
 
     def describe(self) -> str:
-        gpu = self.gpu if self.gpu != "none" else "no GPU"
+        gpu = self.gpu if self.has_gpu else "no GPU"
         extra = []
         if self.vram_mib is not None:
             extra.append(f"{self.vram_mib} MiB")

@@ -14,6 +14,7 @@ The index lists every branch and hardware pair with runs, newest first.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -88,15 +89,14 @@ def dashboard_series(runs_oldest_first: Sequence[RunRecord],
 
 def index_rows(runs_newest_first: Iterable[RunRecord]) -> tuple[IndexRow, ...]:
     """One row per branch and hardware, newest first."""
-    rows: dict[tuple[str, str], IndexRow] = {}
+    newest: dict[tuple[str, str], RunRecord] = {}
+    counts: Counter[tuple[str, str]] = Counter()
     for run in runs_newest_first:
         pair = (run.branch, run.hardware.identity)
-        known = rows.get(pair)
-        rows[pair] = (IndexRow(run.branch, run.hardware.identity, run.hardware.describe(),
-                               1, run.started_at) if known is None
-                      else IndexRow(known.branch, known.hardware, known.description,
-                                    known.runs + 1, known.latest))
-    return tuple(rows.values())
+        newest.setdefault(pair, run)
+        counts[pair] += 1
+    return tuple(IndexRow(run.branch, run.hardware.identity, run.hardware.describe(),
+                          counts[pair], run.started_at) for pair, run in newest.items())
 
 
 def _band(mean: float | None, stdev: float | None, n: int, rule: NoiseRule,

@@ -81,7 +81,7 @@ def series_svg(series: DashboardSeries, number: int,
     with rc_context({"svg.fonttype": "none", "svg.hashsalt": f"plot-{number}"}):
         figure = Figure(figsize=(9, 2.8), layout="constrained")
         axes = figure.add_subplot()
-        banded = [(x, p.band) for x, p in zip(xs, points, strict=True) if p.band is not None]
+        banded = [(x, p.band) for x, p in enumerate(points) if p.band is not None]
         if banded:
             axes.fill_between([x for x, _ in banded], [b[0] for _, b in banded],
                               [b[1] for _, b in banded], color="#1f77b4", alpha=0.15,
@@ -91,17 +91,16 @@ def series_svg(series: DashboardSeries, number: int,
                              label="measured")
         marks.set_urls([link(p.run_id) for p in points])
         for status, (word, marker, colour) in _MARKS.items():
-            hit = [(x, p.value) for x, p in zip(xs, points, strict=True) if p.status is status]
+            hit = [(x, p.value) for x, p in enumerate(points) if p.status is status]
             if hit:
                 axes.scatter([x for x, _ in hit], [y for _, y in hit], s=60, marker=marker,
                              color=colour, zorder=4, gid=f"{word}-{number}", label=word)
-        predicted = [(x, p.predicted) for x, p in zip(xs, points, strict=True)
-                     if p.predicted is not None]
+        predicted = [(x, p.predicted) for x, p in enumerate(points) if p.predicted is not None]
         if predicted:
             axes.plot([x for x, _ in predicted], [y for _, y in predicted], "--",
                       color="#7f7f7f", linewidth=1, gid=f"predicted-{number}",
                       label="predicted")
-        for x, point in zip(xs, points, strict=True):
+        for x, point in enumerate(points):
             if point.ab_verdict is not None:
                 axes.annotate(f"A/B {point.ab_verdict}", (x, point.value), fontsize=7,
                               xytext=(0, 8), textcoords="offset points", ha="center")
