@@ -1,6 +1,6 @@
 """Predicted against measured decode speed, on the large fixture and the pinned CPU build.
 
-Writes the large fixture when missing (harness/resources/fixtures/large/bench-large.json,
+Writes the large fixture when missing (fixtures/models/large/bench-large.json,
 about 300 MiB of f32 weights: far beyond the last-level cache, so every token streams
 them from memory), plans it for this machine (no GPU: every byte from host memory),
 predicts its decode speed from this host's measured read bandwidth

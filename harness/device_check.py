@@ -41,7 +41,8 @@ CARRY_LIMIT = 64 * MIB
 RETURN_FILE_LIMIT = 16 * MIB
 #: The modules a device-check run imports: the plugin and its recording half, the CLI
 #: (fixtures), and the pytest plugins the run uses.
-ENTRY_MODULES = ("harness.plugin", "harness.recording.pytest_plugin", "harness.cli",
+ENTRY_MODULES = ("harness.plugin.hooks", "harness.plugin.recording.pytest_plugin",
+                 "harness.commands",
                  "harness.modelgen", "allure_pytest.plugin", "pytest_timeout", "xdist",
                  "xdist.plugin")
 #: Distributions not carried: the harness itself travels as the checkout, numpy is on

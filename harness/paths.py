@@ -1,8 +1,8 @@
 """Where the harness keeps its caches, and where its suites sit for pytest.
 
-Data files are package resources (harness/resources); outputs default to folders in
-the working directory. Nothing here points into a checkout: the same paths hold for
-an editable checkout and for a wheel installed into site-packages.
+Data files are found through harness/resources; outputs default to folders in the
+working directory. Nothing here assumes a checkout: the same paths hold for an editable
+checkout and for a wheel installed into site-packages.
 """
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness.resources import resource_path
+from harness.resources import card_path, resource_path
 
-#: The directory holding the ``harness`` package (a checkout's root, or site-packages):
-#: the suites run with it as pytest's rootdir, so their node ids read
-#: ``harness/suites/test_<suite>.py::<test>`` wherever the harness is installed.
-SUITES_ROOTDIR = Path(__file__).resolve().parent.parent
-#: The suites' package directory, and how their node ids begin.
-SUITES_DIR = SUITES_ROOTDIR / "harness" / "suites"
-SUITES_NODEID_PREFIX = "harness/suites/"
+#: The suites' folder: the design card's ``suites/`` in a checkout, the package
+#: ``harness.suites`` (``site-packages/harness/suites/``) in a wheel.
+SUITES_DIR = card_path("suites")
+#: The folder holding it, which the suites run with as pytest's rootdir, so their node ids
+#: read ``suites/test_<suite>.py::<test>`` wherever the harness is installed.
+SUITES_ROOTDIR = SUITES_DIR.parent
+SUITES_NODEID_PREFIX = "suites/"
 
 
 def suites_ini() -> Path:

@@ -29,7 +29,7 @@ if docker_ready; then
   .venv/bin/harness build --backend vulkan --container >/dev/null
   # The GPU images CI can build: the reduced variants (one architecture, no
   # FlashAttention kernels) on local Debian bases — trixie's CUDA 12.4, sid's ROCm 6.4.
-  # Their real no-GPU starts are what harness/suites/test_gpu_unused_images.py checks.
+  # Their real no-GPU starts are what suites/test_gpu_unused_images.py checks.
   .venv/bin/harness build --backend cuda --reduced --container >/dev/null
   .venv/bin/harness build --backend rocm --reduced --container >/dev/null
 else
@@ -43,6 +43,6 @@ workers=${HARNESS_TEST_WORKERS:-2}
 .venv/bin/python -m pytest -p no:xdist -m alone "$@"
 if docker_ready; then
   .venv/bin/python -m pytest -n "$workers" --harness-runner container \
-    harness/suites/test_smoke.py harness/suites/test_routing.py harness/suites/test_plan_forwarding.py \
-    harness/suites/test_drafter_fallback.py harness/suites/test_gpu_unused.py harness/suites/test_offload_ladders.py
+    suites/test_smoke.py suites/test_routing.py suites/test_plan_forwarding.py \
+    suites/test_drafter_fallback.py suites/test_gpu_unused.py suites/test_offload_ladders.py
 fi

@@ -1,4 +1,4 @@
-"""A small parser for the harness's Dockerfiles in ``harness/resources/docker/`` (pure:
+"""A small parser for the harness's Dockerfiles in ``ci/docker/`` (pure:
 text in, values out).
 
 Used by ``test_dockerfiles.py`` (``from dockerfile_parser import …``; pytest puts

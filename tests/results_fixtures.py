@@ -27,7 +27,7 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from harness.required import skip_unless_present
+from harness.plugin.required import skip_unless_present
 from harness.results.run_record import (
     BuildRef,
     Figure,
@@ -64,7 +64,7 @@ def figure_key(**changes: Any) -> FigureKey:
     return replace(KEY, **changes)
 
 
-def fig(metric: str, value: float, *, test_id: str = "harness/suites/test_bench.py::test_speed",
+def fig(metric: str, value: float, *, test_id: str = "suites/test_bench.py::test_speed",
         key: FigureKey = KEY) -> Figure:
     """One figure, by default for the tiny CPU key."""
     return Figure(test_id=test_id, key=key, metric=metric, value=value)

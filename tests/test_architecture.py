@@ -1,5 +1,6 @@
-"""The shape of the code a newcomer reads: no import cycle between ``harness`` packages,
-and no module over 400 lines unless its docstring says why it stays whole.
+"""The shape of the code a newcomer reads: no import cycle between ``harness`` packages nor
+between the modules inside one, and no module over 400 lines unless its docstring says
+why it stays whole.
 
 Read from the source with ``ast`` (every import, the lazy ones inside functions too), so
 the test sees what a reader sees, not what happens to be imported at run time.
@@ -105,6 +106,40 @@ def test_no_import_cycle_between_harness_packages() -> None:
     assert not found, f"import cycles between packages: {detail}"
 
 
+def module_graph(package: str) -> dict[str, set[str]]:
+    """The imports between the modules of one package (``harness.results``): which of its
+    modules each of its modules imports, the lazy imports inside functions too."""
+    graph: dict[str, set[str]] = {}
+    inside = {module for module, _ in _modules()
+              if module.rsplit(".", 1)[0] == package or module == package}
+    for module, path in _modules():
+        if module not in inside:
+            continue
+        graph.setdefault(module, set())
+        for target in _imported(module, path):
+            # `from harness.results import x` names the module harness.results.x.
+            owner = next((m for m in (target, target.rsplit(".", 1)[0]) if m in inside), None)
+            if owner is not None and owner != module:
+                graph[module].add(owner)
+    return graph
+
+
+def _packages() -> list[str]:
+    return sorted({module for module, path in _modules() if path.name == "__init__.py"})
+
+
+def test_the_module_graph_reads_the_imports_inside_a_package() -> None:
+    graph = module_graph("harness.results")
+    assert "harness.results.store" in graph["harness.results.baseline_selection"], graph
+
+
+def test_no_import_cycle_between_modules_inside_a_package() -> None:
+    found = {package: cycles(module_graph(package)) for package in _packages()}
+    found = {package: circles for package, circles in found.items() if circles}
+    assert "harness.results" in _packages(), "the packages were read"
+    assert not found, f"import circles inside packages: {found}"
+
+
 def undocumented_long_modules(root: Path = HARNESS) -> list[str]:
     """Modules under ``root`` over MAX_LINES lines whose docstring does not say why."""
     found = []
@@ -139,10 +174,15 @@ def test_every_long_module_says_why_it_stays_whole() -> None:
 SHARED_NAMES = {"cuda_toolkit.py": {"facts", "probes"}, "base_image.py": {"planning", "builds"}}
 
 
+#: A command module is named for the command it defines (``harness --help`` is built from
+#: the names), so ``commands/build.py`` may share its name with ``facts/build.py``.
+COMMANDS = HARNESS / "commands"
+
+
 def test_module_names_do_not_repeat_across_packages() -> None:
     homes: dict[str, set[str]] = {}
     for path in HARNESS.rglob("*.py"):
-        if path.name != "__init__.py":
+        if path.name != "__init__.py" and path.parent != COMMANDS:
             homes.setdefault(path.name, set()).add(path.parent.name)
     repeated = {name: sorted(where) for name, where in homes.items()
                 if len(where) > 1 and SHARED_NAMES.get(name) != where}

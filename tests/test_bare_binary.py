@@ -186,7 +186,7 @@ def test_a_session_on_a_bare_copy_of_the_cpu_build_passes_the_card_plans(
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q",
          f"--harness-build={bare}", f"--harness-run-record={run_json}",
-         "harness/suites/test_plan_forwarding.py", "-k", "card"],
+         "suites/test_plan_forwarding.py", "-k", "card"],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
     tail = done.stdout[-4000:] + done.stderr[-2000:]
     assert done.returncode == 0, tail

@@ -21,12 +21,13 @@ from click.testing import CliRunner
 from results_fixtures import at, fig, make_run
 from service_helpers import no_report
 
-from harness.calibrate_cli import calibrate_command, write_measured
+from harness.commands.calibrate import calibrate_command, write_measured
 from harness.planning.decode_speed import HOST_EFFICIENCY
 from harness.probes.gpu_configs import GPU_CONFIG_DIR, load_gpu_configs
 from harness.probes.hardware import detect_hardware
 from harness.results.calibration import PROVENANCE, calibrate, key_label
 from harness.results.comparison import compare
+from harness.results.comparison_render import comparison_json, comparison_markdown
 from harness.results.noise_rule import DEFAULT_NOISE_RULE
 from harness.results.run_record import Hardware, RunRecord
 from harness.results.store import open_store
@@ -150,8 +151,8 @@ def test_a_later_night_past_the_calibrated_spread_is_reported_as_drift(tmp_path:
     (drift,) = slower.drift
     assert (drift.card, drift.measured.median, drift.current) == ("this-runner", 101.0, 80.0)
     assert drift.measured.runs == 4
-    assert slower.to_json()["drift"][0]["change"] == pytest.approx(80.0 / 101.0 - 1)
-    markdown = slower.to_markdown()
+    assert comparison_json(slower)["drift"][0]["change"] == pytest.approx(80.0 / 101.0 - 1)
+    markdown = comparison_markdown(slower)
     assert "### Drift from the card's measured figures (1)" in markdown
     assert "| this-runner |" in markdown
     assert "101 ± 3.5 % (4, last" in markdown

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-HARNESS = [sys.executable, "-c", "from harness.cli import main; main()"]
+HARNESS = [sys.executable, "-c", "from harness.commands import main; main()"]
 
 
 def _harness(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -14,6 +14,7 @@ from results_fixtures import CPU_BOX, GPU_BOX, at, fig, figure_key, make_run, ou
 from harness.errors import ConfigError, HarnessError
 from harness.results.baseline_selection import select_baseline
 from harness.results.comparison import Comparison, FigureResult, HardwareMismatchError, compare
+from harness.results.comparison_render import comparison_json, comparison_markdown
 from harness.results.noise_rule import NoiseRule, judge
 from harness.results.rules import FigureStatus
 from harness.results.run_record import METRICS, Direction, Figure, FigureKey, Hardware, RunRecord
@@ -274,7 +275,7 @@ def _mixed() -> Comparison:
 
 
 def test_markdown_summary() -> None:
-    text = _mixed().to_markdown()
+    text = comparison_markdown(_mixed())
     assert text.startswith("## ❌ Regressed: 1 newly failing test, 1 figure regression")
     assert "`current`" in text
     assert "`base-0`" in text
@@ -289,17 +290,17 @@ def test_markdown_summary() -> None:
 
 def test_markdown_when_all_is_well() -> None:
     text = compare(_baseline("decode_tps", DECODE), _current(fig("decode_tps", 1001.0)))
-    assert text.to_markdown().startswith("## ✅ No regression")
-    assert "1 unchanged" in text.to_markdown()
+    assert comparison_markdown(text).startswith("## ✅ No regression")
+    assert "1 unchanged" in comparison_markdown(text)
 
 
 def test_json_is_serialisable_with_stable_keys() -> None:
     flat = compare(_baseline("decode_tps", (1000.0, 1000.0, 1000.0)),
                    _current(fig("decode_tps", 900.0)))
-    body = json.loads(json.dumps(flat.to_json(), allow_nan=False))
+    body = json.loads(json.dumps(comparison_json(flat), allow_nan=False))
     assert body["regressed"] is True
     assert body["figures"][0]["z"] == "inf"
-    body = json.loads(json.dumps(_mixed().to_json(), allow_nan=False))
+    body = json.loads(json.dumps(comparison_json(_mixed()), allow_nan=False))
     assert set(body) == {"regressed", "verdict", "current_run", "baseline_runs", "hardware",
                          "rule", "tests", "figures", "figure_counts", "ab", "drift"}
     assert body["ab"] is None  # no A/B result in the current run

@@ -11,8 +11,9 @@ from typing import Any
 from click.testing import CliRunner
 from results_fixtures import at, fig, make_run
 
-from harness.compare_cli import EXIT_OK, EXIT_REGRESSED, compare_command
+from harness.commands.compare import EXIT_OK, EXIT_REGRESSED, compare_command
 from harness.results.comparison import Comparison, compare
+from harness.results.comparison_render import comparison_json, comparison_markdown
 from harness.results.run_record import RunRecord
 from harness.results.store import open_store
 
@@ -58,13 +59,13 @@ def test_an_ab_regression_fails_the_comparison_and_heads_the_summary() -> None:
     assert comparison.regressions == []  # the figures alone are fine
     assert comparison.ab_regressions == ["decode_tps"]
     assert comparison.regressed
-    text = comparison.to_markdown()
+    text = comparison_markdown(comparison)
     assert text.startswith("## ❌ Regressed: A/B regression in decode_tps\n")
     assert "### Performance A/B: ❌ regressed (decode_tps)" in text
 
 
 def test_the_section_has_a_row_per_metric_in_metrics_order() -> None:
-    text = _compare(_ab()).to_markdown()
+    text = comparison_markdown(_compare(_ab()))
     section = text[text.index("### Performance A/B"):]
     assert ("Candidate `build cpu-feedbeef0000` against baseline `build cpu-0123456789ab`, "
             "measured side by side (interleaved design)") in section
@@ -81,7 +82,7 @@ def test_the_section_has_a_row_per_metric_in_metrics_order() -> None:
 
 
 def test_counter_changes_are_listed_with_long_values_cut() -> None:
-    text = _compare(_ab()).to_markdown()
+    text = comparison_markdown(_compare(_ab()))
     assert "Deterministic counters that changed (2):" in text
     assert "| `compute_mib[CPU]` | 300.01 | 412.50 |" in text
     row = next(line for line in text.splitlines() if line.startswith("| `greedy_text`"))
@@ -92,7 +93,7 @@ def test_counter_changes_are_listed_with_long_values_cut() -> None:
 
 
 def test_no_counter_change_says_so() -> None:
-    text = _compare(_ab(changes=[])).to_markdown()
+    text = comparison_markdown(_compare(_ab(changes=[])))
     assert "No deterministic counter changed." in text
     assert "| Counter |" not in text
 
@@ -101,8 +102,8 @@ def test_an_ab_result_without_regression_only_adds_its_section() -> None:
     quiet = _compare(_ab(decode_verdict="improved"))
     assert not quiet.regressed
     assert quiet.ab_regressions == []
-    text = quiet.to_markdown()
-    before = _compare(None).to_markdown()
+    text = comparison_markdown(quiet)
+    before = comparison_markdown(_compare(None))
     assert before.startswith("## ✅ No regression")
     # The report as it was, then the section.
     assert text.startswith(before)
@@ -113,14 +114,14 @@ def test_an_ab_result_without_regression_only_adds_its_section() -> None:
 def test_without_an_ab_result_there_is_no_section_and_json_ab_is_null() -> None:
     comparison = _compare(None)
     assert comparison.ab is None
-    assert "A/B" not in comparison.to_markdown()
-    body = comparison.to_json()
+    assert "A/B" not in comparison_markdown(comparison)
+    body = comparison_json(comparison)
     assert body["ab"] is None
     assert body["regressed"] is False
 
 
 def test_json_carries_the_ab_object_and_its_verdict() -> None:
-    body = json.loads(json.dumps(_compare(_ab()).to_json(), allow_nan=False))
+    body = json.loads(json.dumps(comparison_json(_compare(_ab())), allow_nan=False))
     assert body["ab"] == _ab()
     assert body["regressed"] is True
     assert body["verdict"] == "regressed"

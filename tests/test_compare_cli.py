@@ -13,7 +13,7 @@ import service_helpers
 from click.testing import CliRunner, Result
 from results_fixtures import CPU_BOX, GPU_BOX, at, fig, make_run, outcome
 
-from harness.compare_cli import compare_command
+from harness.commands.compare import compare_command
 from harness.results.run_record import Hardware
 from harness.results.store import open_store
 from harness.service.app import create_app

@@ -81,7 +81,7 @@ def _suite_run(tmp: Path, run_id: str, branch: str, binary: Path, store_url: str
             cgroup_procs.write_text(str(os.getpid()))
 
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "harness/suites/test_performance.py", "-q",
+        [sys.executable, "-m", "pytest", "suites/test_performance.py", "-q",
          "-p", "no:xdist", "-p", "no:cacheprovider", "-o", "addopts=",
          f"--harness-server-bin={binary}", f"--harness-run-record={run_json}"],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,

@@ -162,5 +162,5 @@ def test_sweep_removes_a_left_over_container(runner: ContainerRunner, dense: Lau
 
 
 def test_a_missing_image_says_how_to_build_it(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"not in the local Docker engine.*resources/docker"):
+    with pytest.raises(ConfigError, match=r"not in the local Docker engine.*ci/docker"):
         ContainerRunner("harness-probe/no-such-image:never", tmp_path)

@@ -22,7 +22,7 @@ from results_fixtures import CPU_BOX, at, fig, figure_key, make_run
 from service_helpers import no_report
 from test_report_browser import NO_CHROMIUM, keep_screenshot, launch_chromium
 
-from harness.required import skip_unless_present
+from harness.plugin.required import skip_unless_present
 from harness.results.rules import FigureStatus
 from harness.results.run_record import RunRecord
 from harness.results.store import open_store

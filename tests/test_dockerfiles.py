@@ -1,4 +1,4 @@
-"""The per-backend Dockerfiles in harness/resources/docker/, their parser, and the build
+"""The per-backend Dockerfiles in ci/docker/, their parser, and the build
 args the harness passes.
 
 Nothing here runs Docker. Each Dockerfile is parsed (``dockerfile_parser``, beside this file) and

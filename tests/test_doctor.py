@@ -15,6 +15,7 @@ import pynvml
 import pytest
 from click.testing import CliRunner
 
+from harness.commands.doctor import doctor_command
 from harness.doctor import gather
 from harness.doctor.checks import (
     GPU_COMPILERS,
@@ -37,7 +38,6 @@ from harness.doctor.facts import (
     StoreFacts,
     Tool,
 )
-from harness.doctor_cli import doctor_command
 from harness.errors import ToolMissingError
 from harness.facts.build import Backend
 from harness.facts.cuda_toolkit import (
@@ -167,7 +167,7 @@ def test_a_gpu_no_config_names_falls_to_a_bucket_loudly_but_does_not_fail() -> N
     assert config.detail.startswith("bucket fallback: no config names 'NVIDIA L4'; VRAM "
                                     "bucket 'mid' (18-28 GiB) for 23034 MiB lends rtx-3090's "
                                     "settings, not a tuned profile")
-    assert "harness/resources/gpu/<card>.json" in config.fix
+    assert "configs/gpu/<card>.json" in config.fix
     assert exit_code(rows) == 0
     assert verdict(rows, Backend.CUDA).startswith("doctor: a cuda run can go ahead")
 
@@ -285,11 +285,11 @@ def test_the_nvidia_container_runtime_matters_only_with_an_nvidia_gpu() -> None:
 
 
 def test_a_broken_gpu_config_fails_every_run() -> None:
-    rows = doctor_rows(_machine(gpu_configs=(), gpu_configs_problem="harness/resources/gpu/x.json: "
+    rows = doctor_rows(_machine(gpu_configs=(), gpu_configs_problem="configs/gpu/x.json: "
                                 "$.vram_gib: -1 is not allowed\nsecond problem"), None)
-    row = _row(rows, "GPU configs (harness/resources/gpu)")
+    row = _row(rows, "GPU configs (configs/gpu)")
     assert (row.status, row.detail) == (
-        Status.FAIL, "harness/resources/gpu/x.json: $.vram_gib: -1 is not allowed (and 1 more)")
+        Status.FAIL, "configs/gpu/x.json: $.vram_gib: -1 is not allowed (and 1 more)")
     assert exit_code(rows) == 1
 
 

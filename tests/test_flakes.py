@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from harness.flakes import FIELDS, KnownFlakesError, load_known_flakes, parse_known_flakes
-from harness.flakes import SCHEMA as FLAKES_SCHEMA
-from harness.recording.flakes_plugin import DEFAULT_PATH, expired_message, known_flakes_path
+from harness.plugin.flakes import FIELDS, KnownFlakesError, load_known_flakes, parse_known_flakes
+from harness.plugin.flakes import SCHEMA as FLAKES_SCHEMA
+from harness.plugin.recording.flakes_plugin import DEFAULT_PATH, expired_message, known_flakes_path
 from harness.report.allure_meta import category_of
 from harness.results.run_record import Hardware
 
@@ -35,7 +35,7 @@ def _doc(*entries: str) -> str:
     return "flakes:\n" + "".join(entries)
 
 
-def _entry(test: str = "harness/suites/test_smoke.py::test_a", hardware: str = "any",
+def _entry(test: str = "suites/test_smoke.py::test_a", hardware: str = "any",
            expires: str = "2027-01-31") -> str:
     return ENTRY.format(test=json.dumps(test), hardware=json.dumps(hardware), expires=expires)
 
@@ -119,22 +119,31 @@ def test_dates_quoted_or_not_and_an_empty_list_parse() -> None:
 
 def test_matching_by_node_id_glob_and_hardware() -> None:
     flakes = parse_known_flakes(_doc(
-        _entry(test="harness/suites/test_offload_ladders.py::test_ladder[*]", hardware="*h200*"),
-        _entry(test="harness/suites/test_smoke.py::test_fixture_serves[dense]",
+        _entry(test="suites/test_offload_ladders.py::test_ladder[*]", hardware="*h200*"),
+        _entry(test="suites/test_smoke.py::test_fixture_serves[dense]",
                hardware="* on AMD EPYC x2, host *"),
-        _entry(test="harness/suites/test_routing.py::*", hardware="any"),
+        _entry(test="suites/test_routing.py::*", hardware="any"),
     ), "f")
-    ladder = "harness/suites/test_offload_ladders.py::test_ladder[moe-4]"
+    ladder = "suites/test_offload_ladders.py::test_ladder[moe-4]"
     assert flakes.match(ladder, H200_BOX) is flakes.entries[0]  # GPU name, any case
     assert flakes.match(ladder, CPU_BOX) is None
-    smoke = "harness/suites/test_smoke.py::test_fixture_serves[dense]"
+    smoke = "suites/test_smoke.py::test_fixture_serves[dense]"
     assert flakes.match(smoke, CPU_BOX) is flakes.entries[1]  # the description
     assert flakes.match(smoke, H200_BOX) is None
-    assert flakes.match("harness/suites/test_smoke.py::test_fixture_serves[moe]", CPU_BOX) is None
-    assert flakes.match("harness/suites/test_routing.py::test_env_override", H200_BOX) is \
+    assert flakes.match("suites/test_smoke.py::test_fixture_serves[moe]", CPU_BOX) is None
+    assert flakes.match("suites/test_routing.py::test_env_override", H200_BOX) is \
         flakes.entries[2]
     assert flakes.entries[2].outcome_reason() == \
         "known flake: races the slot reset (https://issues.example.org/llama-harness/7)"
+
+
+def test_an_entry_written_before_the_suites_moved_still_matches() -> None:
+    """A list kept from when the suites were harness/suites/ lists the same tests."""
+    flakes = parse_known_flakes(_doc(
+        _entry(test="harness/suites/test_routing.py::test_env_override")), "f")
+    assert flakes.entries[0].test == "suites/test_routing.py::test_env_override"
+    assert flakes.match("suites/test_routing.py::test_env_override", CPU_BOX) is \
+        flakes.entries[0]
 
 
 def test_expiry_is_after_the_last_day() -> None:

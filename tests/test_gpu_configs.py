@@ -343,7 +343,7 @@ def test_every_duplicate_kv_name_is_reported_at_once(tmp_path: Path) -> None:
 
 
 def test_kv_types_default_path_is_in_the_repository() -> None:
-    assert REPO_ROOT / "harness" / "resources" / "kv_types.json" == KV_TYPES_PATH
+    assert REPO_ROOT / "configs" / "gpu" / "kv_types.json" == KV_TYPES_PATH
 
 
 def test_settings_fields_follow_the_registry_order() -> None:

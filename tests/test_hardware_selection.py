@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from harness.facts.build import Backend
+from harness.plugin.required import REQUIRE_ENV
 from harness.probes.devices import parse_device_list
-from harness.required import REQUIRE_ENV
 
 pytest_plugins = ["pytester"]
 

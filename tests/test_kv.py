@@ -36,14 +36,14 @@ KIB = 1024
 
 
 class Fork(NamedTuple):
-    """A fork-only cache type as plain data (the shape of resources/kv_types.json entries)."""
+    """A fork-only cache type as plain data (the shape of configs/gpu/kv_types.json entries)."""
 
     name: str
     block_size: int
     bytes_per_block: int
 
 
-#: The QJL+Polar fork's block layouts, as harness/resources/kv_types.json records them.
+#: The QJL+Polar fork's block layouts, as configs/gpu/kv_types.json records them.
 QJL = Fork("qjl1_256", 128, 34)
 POLAR = Fork("q4_polar", 128, 82)
 #: Reference 001 prices QJL K + Polar V at 4 bits a value each (FP16 / 4): these two
@@ -197,7 +197,7 @@ class CtxCase(NamedTuple):
     seqs: tuple[int, int]
 
 
-#: Rows measured on the pinned server with the 'dense' fixture (harness/resources/fixtures/README.md
+#: Rows measured on the pinned server with the 'dense' fixture (fixtures/models/README.md
 #: and test_kv_log.py) plus the padding rules they follow.
 CTX_CASES = {
     "c512-auto-np-is-4-unified": CtxCase(KvRequest(ctx_size=512), 512, 512, (4, 1)),

@@ -1,6 +1,6 @@
 """Fixtures that exist for a particular server behaviour show it on the real server.
 
-Loading, drafting and the corrupt drafter are the smoke suite's job (harness/suites/); these
+Loading, drafting and the corrupt drafter are the smoke suite's job (suites/); these
 are the behaviours the later suites build on: MoE tensor overrides, a drafter whose
 vocab does not match, and a sliding-window KV cache.
 """

@@ -118,7 +118,7 @@ def test_unknown_key_names_file_key_and_allowed_set(tmp_path: Path) -> None:
     assert "unknown key (value 4) is not allowed; allowed keys:" in line
     for key in ("head_count", "head_count_kv", "sliding_window", "aligned_token"):
         assert key in line
-    assert str(err.value).endswith("resources/fixtures/README.md (Spec fields) describes every key")
+    assert str(err.value).endswith("fixtures/models/README.md (Spec fields) describes every key")
 
 
 def test_missing_required_key_is_named(tmp_path: Path) -> None:

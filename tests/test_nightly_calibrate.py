@@ -24,11 +24,11 @@ import pytest
 from click.testing import CliRunner
 from test_gate_job import TOKEN, Service, run_service
 
-from harness.calibrate_cli import calibrate_command
+from harness.commands.calibrate import calibrate_command
+from harness.plugin.required import skip_unless_present
 from harness.probes.docker_engine import engine_unavailable
 from harness.probes.gpu_configs import GPU_CONFIG_DIR, load_gpu_configs
 from harness.probes.hardware import detect_hardware
-from harness.required import skip_unless_present
 
 # alone: the nights measure every server (on llvmpipe about 40 s of both cores each), which
 # starved a browser test beside it past its 30 s wait in a parallel run.

@@ -16,7 +16,7 @@ from harness import modelgen
 from harness.errors import ServerExitedError
 from harness.planning.launch import LaunchSpec
 from harness.plugin import PlanFor
-from harness.recording.recorder import MeasureSettings, ServerRecorder
+from harness.plugin.recording.recorder import MeasureSettings, ServerRecorder
 from harness.runners.base import RunningServer
 from harness.runners.observe import (
     add_observer,

@@ -19,13 +19,15 @@ import sys
 import tomllib
 import venv
 import zipfile
+from importlib.resources import files
 from pathlib import Path
 
 import pytest
 from checkout import REPO_ROOT, allure_missing
 
 from harness.paths import cache_root
-from harness.required import skip_unless_present
+from harness.plugin.required import skip_unless_present
+from harness.resources import CARD_FOLDERS, card_path
 
 WHEELHOUSE_ENV = "HARNESS_TEST_WHEELHOUSE"
 #: What a copy of the tree for building leaves behind: caches, installs and outputs.
@@ -61,13 +63,49 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
-def test_the_wheel_holds_every_file_tracked_under_the_package(wheel: Path) -> None:
-    listed = subprocess.run(["git", "ls-files", "--", "harness"], cwd=REPO_ROOT,
-                            capture_output=True, text=True, check=True).stdout.split()
-    assert "harness/resources/gpu/h200.json" in listed, "git ls-files listed the package"
+def _tracked(*paths: str) -> list[str]:
+    return subprocess.run(["git", "ls-files", "--", *paths], cwd=REPO_ROOT,
+                          capture_output=True, text=True, check=True).stdout.split()
+
+
+def _in_wheel(tracked: str) -> str:
+    """Where a tracked file lands in the wheel: the design card's folders as the packages
+    pyproject.toml maps them to (harness/resources, CARD_FOLDERS), the rest as it is."""
+    for folder, package in CARD_FOLDERS.items():
+        if tracked.startswith(folder + "/"):
+            return package.replace(".", "/") + tracked.removeprefix(folder)
+    return tracked
+
+
+def test_the_wheel_holds_every_file_tracked_under_the_package_and_the_card(
+        wheel: Path) -> None:
+    listed = _tracked("harness", *CARD_FOLDERS)
+    assert "configs/gpu/h200.json" in listed, "git ls-files listed the card's folders"
+    assert "suites/test_smoke.py" in listed
     with zipfile.ZipFile(wheel) as archive:
         shipped = set(archive.namelist())
-    assert sorted(set(listed) - shipped) == []
+    assert "harness/configs_gpu/h200.json" in shipped
+    assert sorted(_in_wheel(path) for path in listed if _in_wheel(path) not in shipped) == []
+
+
+def test_the_package_list_is_every_package_on_disk() -> None:
+    """pyproject.toml lists the packages by hand (the card's folders are mapped, so
+    setuptools cannot find them): a new package under harness/ must be added there."""
+    with (REPO_ROOT / "pyproject.toml").open("rb") as handle:
+        setuptools = tomllib.load(handle)["tool"]["setuptools"]
+    on_disk = {".".join(p.parent.relative_to(REPO_ROOT).parts)
+               for p in (REPO_ROOT / "harness").rglob("__init__.py")}
+    assert set(setuptools["packages"]) == on_disk | set(CARD_FOLDERS.values())
+    assert setuptools["package-dir"] == {package: folder
+                                         for folder, package in CARD_FOLDERS.items()}
+
+
+def test_the_editable_install_maps_the_card_folders_to_the_checkout() -> None:
+    """In the checkout's own environment importlib.resources finds the top-level folders
+    through the same package names the wheel has (not through the checkout fallback)."""
+    for folder, package in CARD_FOLDERS.items():
+        assert Path(str(files(package))) == REPO_ROOT / folder, package
+        assert card_path(folder) == REPO_ROOT / folder
 
 
 def test_the_suites_settings_equal_the_test_commands() -> None:
@@ -145,7 +183,7 @@ def test_the_installed_wheel_runs_the_main_job_outside_the_checkout(
     record = json.loads((work / "harness-run" / "run.json").read_text())
     outcomes = record["outcomes"]
     assert outcomes, "the smoke suite ran tests"
-    assert all(o["test_id"].startswith("harness/suites/test_smoke.py::") for o in outcomes)
+    assert all(o["test_id"].startswith("suites/test_smoke.py::") for o in outcomes)
     assert {o["outcome"] for o in outcomes} == {"passed"}, outcomes
     assert any((work / "allure-results").glob("*-result.json"))
     assert (work / "allure-report" / "index.html").is_file()

@@ -93,12 +93,12 @@ def test_an_explicit_value_and_the_default_are_different_keys() -> None:
 
 def test_figures_are_one_per_metric_sorted_by_name_under_one_key() -> None:
     key = figure_key(LaunchSpec(model=MODEL), backend="cpu", gpu="none", n_prompt=32, n_gen=64)
-    made = figures("harness/suites/t.py::test_x", key, {"ttft_ms": 3.5, "decode_tps": 900.0,
+    made = figures("suites/t.py::test_x", key, {"ttft_ms": 3.5, "decode_tps": 900.0,
                                                  "kv_mib": 0.12})
-    assert made == [Figure("harness/suites/t.py::test_x", key, "decode_tps", 900.0),
-                    Figure("harness/suites/t.py::test_x", key, "kv_mib", 0.12),
-                    Figure("harness/suites/t.py::test_x", key, "ttft_ms", 3.5)]
-    assert figures("harness/suites/t.py::test_x", key, {}) == []
+    assert made == [Figure("suites/t.py::test_x", key, "decode_tps", 900.0),
+                    Figure("suites/t.py::test_x", key, "kv_mib", 0.12),
+                    Figure("suites/t.py::test_x", key, "ttft_ms", 3.5)]
+    assert figures("suites/t.py::test_x", key, {}) == []
 
 
 # -- measurements without a server -------------------------------------------------------

@@ -15,7 +15,7 @@ from harness.facts.build import Backend, BuildInfo, Capabilities
 from harness.facts.gpu import STOCK_CACHE_TYPES
 from harness.files import write_json_atomic
 
-HARNESS = [sys.executable, "-c", "from harness.cli import main; main()"]
+HARNESS = [sys.executable, "-c", "from harness.commands import main; main()"]
 RTX_4090 = ["--gpu", "NVIDIA GeForce RTX 4090", "--vram-mib", "24564"]
 
 

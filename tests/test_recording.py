@@ -21,13 +21,11 @@ from harness.errors import ServerExitedError
 from harness.facts.build import Backend, BuildInfo, Capabilities
 from harness.planning.drafter import BrokenDrafters
 from harness.planning.launch import LaunchSpec
-from harness.probes.docker_engine import docker_engine
-from harness.probes.gguf_facts import read_model_facts
-from harness.recording import story
-from harness.recording.outcomes import OutcomeTally
-from harness.recording.pytest_plugin import _image_id
-from harness.recording.recorder import MeasureSettings, ServerRecord, ServerRecorder
-from harness.recording.run_file import (
+from harness.plugin.recording import story
+from harness.plugin.recording.outcomes import OutcomeTally
+from harness.plugin.recording.pytest_plugin import _image_id
+from harness.plugin.recording.recorder import MeasureSettings, ServerRecord, ServerRecorder
+from harness.plugin.recording.run_file import (
     append_figures,
     build_ref,
     current_branch,
@@ -37,23 +35,25 @@ from harness.recording.run_file import (
     read_figures,
     run_record,
 )
+from harness.probes.docker_engine import docker_engine
+from harness.probes.gguf_facts import read_model_facts
 from harness.results.run_record import (
     BuildRef,
     Figure,
     FigureKey,
     Hardware,
     Outcome,
-    RunRecord,
 )
 from harness.results.run_record import (
     TestOutcome as RunOutcome,
 )
+from harness.results.run_validation import run_from_json
 from harness.runners.observe import add_observer, remove_observer
 from harness.runners.subprocess_runner import SubprocessRunner
 from harness.supervise.supervisor import AttemptOutcome, LaunchSupervisor
 from harness.verdicts.failure import FailureClass
 
-NODE = "harness/suites/test_x.py::test_y"
+NODE = "suites/test_x.py::test_y"
 KEY = FigureKey(fixture="dense", backend="cpu", gpu="none", n_gpu_layers="default",
                 cache_type_k="default", cache_type_v="default", flash_attn="default",
                 offload="", n_prompt=32, n_gen=64)
@@ -446,7 +446,7 @@ def test_run_record_round_trips_through_json(monkeypatch: pytest.MonkeyPatch) ->
     assert (record.branch, record.commit) == ("feature/x", "c0ffee")
     assert record.outcomes == tuple(outcomes)
     assert record.finished_at >= record.started_at
-    again = RunRecord.from_json(json.loads(json.dumps(record.to_json())))
+    again = run_from_json(json.loads(json.dumps(record.to_json())))
     assert again == record
 
 

@@ -22,11 +22,12 @@ from checkout import REPO_ROOT
 
 from harness.probes.hardware import detect_hardware
 from harness.results.run_record import RunRecord
+from harness.results.run_validation import run_from_json
 
 pytestmark = pytest.mark.server
 
-SMOKE = "harness/suites/test_smoke.py::test_fixture_serves[dense]"
-ROUTING = "harness/suites/test_routing.py::test_fused_dense_plan_arrives_on_the_server"
+SMOKE = "suites/test_smoke.py::test_fixture_serves[dense]"
+ROUTING = "suites/test_routing.py::test_fused_dense_plan_arrives_on_the_server"
 SERVER_ATTACHMENTS = ("server 1 argv", "server 1 verdicts", "server 1 /props",
                       "server 1 figures")
 
@@ -70,7 +71,7 @@ def _pytest(tmp_path: Path, *args: str, cwd: Path = REPO_ROOT) -> Run:
         cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False)
     output = done.stdout + done.stderr
     assert run_json.is_file(), f"no run.json after the run:\n{output}"
-    record = RunRecord.from_json(json.loads(run_json.read_text(encoding="utf-8")))
+    record = run_from_json(json.loads(run_json.read_text(encoding="utf-8")))
     return Run(done.returncode, output, results, record)
 
 

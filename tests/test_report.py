@@ -22,6 +22,7 @@ from allure_commons import utils as allure_utils
 from checkout import REPO_ROOT
 from click.testing import CliRunner
 
+from harness.commands.report import HISTORY_ENV, default_history_path, report_command
 from harness.errors import (
     BuildError,
     ConfigError,
@@ -41,7 +42,6 @@ from harness.report.allure_meta import (
     write_categories,
     write_environment,
 )
-from harness.report.report_cli import HISTORY_ENV, default_history_path, report_command
 from harness.report.staging import repair_history
 from harness.supervise.supervisor import LaunchFailedError
 from harness.verdicts.failure import FailureClass, StartFailure, classify_start_failure
@@ -257,7 +257,7 @@ REAL_MESSAGES: list[tuple[str, str, str, str, str | None]] = [
      + f"\n  attempt 1 (all layers on the GPU): {_DRAFT}", "", "broken",
      "Start failure: out-of-memory"),
     ("offload-suite", "AssertionError: assert {'blk.0.ffn_up_exps.weight'} == set()",
-     _ASSERTION_TRACE.format("harness/suites/test_offload_ladders.py"), "failed", None),
+     _ASSERTION_TRACE.format("suites/test_offload_ladders.py"), "failed", None),
     ("gpu-not-loaded", _message(AssertionError(gpu_verdict(_CPU_LOG, "cuda").reason)), "",
      "failed", "GPU use: not-loaded"),
     ("gpu-no-devices", _message(AssertionError(
@@ -267,11 +267,11 @@ REAL_MESSAGES: list[tuple[str, str, str, str, str | None]] = [
      "no cuda device", "", "failed", "Infrastructure / timeout"),
     ("plan", _message(_PLAN), "", "failed", "Plan-forwarding mismatch"),
     ("plan-suite", "AssertionError: assert 'rtx-4090' == 'rtx-3090'",
-     _ASSERTION_TRACE.format("harness/suites/test_plan_forwarding.py"), "failed",
+     _ASSERTION_TRACE.format("suites/test_plan_forwarding.py"), "failed",
      "Plan-forwarding mismatch"),
     ("other", "AssertionError: assert 1 == 2", "test_x.py:3: AssertionError", "failed", None),
     ("skipped", _message(BuildError("boom")), "", "skipped", None),
-    # harness/recording/flakes_plugin.py's reason, as allure-pytest records an xfail.
+    # harness/plugin/recording/flakes_plugin.py's reason, as allure-pytest records an xfail.
     ("known-flake", "XFAIL known flake: races the slot reset (https://issues.example.org/1)"
      "\n\nAssertionError: assert 'a' == 'b'", "", "skipped", "Known flake"),
     ("failed-naming-a-flake", "AssertionError: known flake: no", "", "failed", None),

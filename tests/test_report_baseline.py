@@ -17,10 +17,10 @@ from click.testing import CliRunner
 from results_fixtures import at, fig, make_run
 from test_report import run_tiny_suite
 
+from harness.commands.report import report_command
 from harness.files import write_json_atomic
+from harness.plugin.required import skip_unless_present
 from harness.report.baseline_figures import ATTACHMENT_NAME, baseline_attachment, baseline_runs
-from harness.report.report_cli import report_command
-from harness.required import skip_unless_present
 from harness.results.run_record import RunRecord
 from harness.results.store import open_store
 

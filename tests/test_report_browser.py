@@ -29,8 +29,8 @@ from playwright.sync_api import Browser, Page, sync_playwright
 from results_fixtures import make_run
 from test_report import run_tiny_suite
 
+from harness.plugin.required import skip_unless_present
 from harness.report.allure import GROUP_BY, generate_report
-from harness.required import skip_unless_present
 from harness.service.app import create_app
 from harness.service.background import serve_in_thread
 from harness.service.bundle import make_bundle

@@ -31,6 +31,7 @@ from results_fixtures import make_run
 
 from harness.builds.native import builds_dir
 from harness.builds.resolve import pinned_cpu_build
+from harness.commands.repro import repro_command
 from harness.errors import ConfigError
 from harness.facts.build import Backend
 from harness.facts.gpu import GpuInfo
@@ -61,7 +62,6 @@ from harness.repro.recorded_failure import recorded_failure
 from harness.repro.repro_error import ReproError
 from harness.repro.rerun import Outcome, Rerun, rerun_env, verdict
 from harness.repro.target import FileTarget, ServiceTarget, parse_report_url, parse_target
-from harness.repro_cli import repro_command
 from harness.service.app import create_app
 from harness.service.background import serve_in_thread
 from harness.service.bundle import make_bundle

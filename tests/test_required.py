@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from harness.required import REQUIRE_ENV, RequireSettingError, required_resources
+from harness.plugin.required import REQUIRE_ENV, RequireSettingError, required_resources
 
 pytest_plugins = ["pytester"]
 
 NEEDS_POSTGRES = """
-from harness.required import skip_unless_present
+from harness.plugin.required import skip_unless_present
 
 def test_needs_postgres():
     skip_unless_present("postgres", "no PostgreSQL here: set HARNESS_TEST_POSTGRES_URL")

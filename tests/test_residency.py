@@ -25,9 +25,9 @@ from harness.planning.planned_share import (
     non_layer_bytes,
     planned_gpu_share,
 )
+from harness.plugin.recording.recorder import ServerRecord
+from harness.plugin.recording.story import verdicts_json
 from harness.probes.gguf_facts import read_model_facts
-from harness.recording.recorder import ServerRecord
-from harness.recording.story import verdicts_json
 from harness.verdicts.log_blocks import BlockKind, BlockRole
 from harness.verdicts.residency import (
     HALF_PRINTED_UNIT_BYTES,

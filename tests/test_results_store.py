@@ -34,6 +34,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import make_url
 
+from harness.results.comparison import compare_tests
 from harness.results.run_record import BuildRef, Hardware, RunRecord
 from harness.results.run_validation import RunRecordError
 from harness.results.store import ResultsStore, open_store
@@ -52,14 +53,14 @@ def _full_run(run_id: str = "run-full") -> RunRecord:
         build=BuildRef(backend="cuda", version="version: 5001 (1234abcd)",
                        source_digest="f" * 64, build_key="cuda-feedbeef",
                        image_digest="sha256:" + "a" * 64),
-        outcomes=[outcome("harness/suites/test_smoke.py::test_ready", duration_s=1.25),
-                  outcome("harness/suites/test_smoke.py::test_bad", "failed",
+        outcomes=[outcome("suites/test_smoke.py::test_ready", duration_s=1.25),
+                  outcome("suites/test_smoke.py::test_bad", "failed",
                           message="AssertionError: 3 != 4\nsecond line | pipe"),
-                  outcome("harness/suites/test_gpu_unused.py::test_x", "skipped", message=None)],
+                  outcome("suites/test_gpu_unused.py::test_x", "skipped", message=None)],
         figures=[fig("decode_tps", 1234.5678),
                  fig("decode_tps", 1230.0),
                  fig("ttft_ms", 12.0625, key=figure_key(n_prompt=512, flash_attn="on")),
-                 fig("kv_mib", 64.0, test_id="harness/suites/test_kv.py::test_size",
+                 fig("kv_mib", 64.0, test_id="suites/test_kv.py::test_size",
                      key=figure_key(cache_type_k="q8_0", offload="moe-cpu"))],
         labels={"ci": "nightly", "pr": "1234"})
 
@@ -667,3 +668,27 @@ def test_a_store_of_the_next_version_is_refused_naming_both(store_url: str) -> N
         open_store(store_url)
     # Refused without a change: still version 5.
     assert _stored_version(store_url) == [5]
+
+
+def test_a_run_stored_before_the_suites_moved_keeps_its_history(store: ResultsStore) -> None:
+    """Runs stored when the suites were ``harness/suites/`` read back with the ids they
+    have now, so a new run compares with them test by test (no test 'new' or 'removed')."""
+    old_ids = ["harness/suites/test_smoke.py::test_ready", "tests/test_cli.py::test_help"]
+    before = make_run("before-move", started_at=at(0),
+                      outcomes=[outcome(old_ids[0]), outcome(old_ids[1], "failed")],
+                      figures=[fig("decode_tps", 100.0,
+                                   test_id="harness/suites/test_bench.py::test_speed")])
+    assert store.add_run(before) is True
+    read = store.get_run("before-move")
+    assert read is not None
+    assert [o.test_id for o in read.outcomes] == ["suites/test_smoke.py::test_ready",
+                                                  "tests/test_cli.py::test_help"]
+    assert [f.test_id for f in read.figures] == ["suites/test_bench.py::test_speed"]
+    after = make_run("after-move", started_at=at(10),
+                     outcomes=[outcome("suites/test_smoke.py::test_ready"),
+                               outcome("tests/test_cli.py::test_help")],
+                     figures=[fig("decode_tps", 101.0)])
+    store.add_run(after)
+    changes = compare_tests(read, after)
+    assert changes["new_tests"] == changes["removed_tests"] == ()
+    assert [c.test_id for c in changes["fixed"]] == ["tests/test_cli.py::test_help"]

@@ -20,8 +20,8 @@ from results_fixtures import BUILD, CPU_BOX, GPU_BOX, at, fig, figure_key, make_
 
 from harness.ab.design import DESIGNS
 from harness.errors import HarnessError
-from harness.recording.outcomes import OutcomeTally
-from harness.recording.run_file import build_ref, run_record
+from harness.plugin.recording.outcomes import OutcomeTally
+from harness.plugin.recording.run_file import build_ref, run_record
 from harness.results.json_hazards import unrepresentable
 from harness.results.rules import AbVerdict
 from harness.results.run_record import (
@@ -79,10 +79,10 @@ def _bare_full_run() -> RunRecord:
         build=BuildRef(backend="cuda", version="version: 5001 (1234abcd)",
                        source_digest="f" * 64, build_key="cuda-feedbeef",
                        image_digest="sha256:" + "a" * 64),
-        outcomes=[outcome("harness/suites/test_smoke.py::test_ready", duration_s=1.25),
-                  outcome("harness/suites/test_smoke.py::test_bad", "failed",
+        outcomes=[outcome("suites/test_smoke.py::test_ready", duration_s=1.25),
+                  outcome("suites/test_smoke.py::test_bad", "failed",
                           message="AssertionError: 3 != 4\nsecond line | pipe"),
-                  outcome("harness/suites/test_gpu.py::test_x[q8_0-fa]", "skipped", message=None)],
+                  outcome("suites/test_gpu.py::test_x[q8_0-fa]", "skipped", message=None)],
         figures=[replace(fig("decode_tps", 1234.5678), predicted=1500.0),
                  fig("ttft_ms", 12.0625,
                                                    key=figure_key(n_prompt=512)),
@@ -142,12 +142,12 @@ def test_the_schema_names_exactly_the_fields_of_each_record(schema: dict[str, An
 
 def _harness_written_runs() -> list[RunRecord]:
     tally = OutcomeTally()
-    tally.add("harness/suites/test_a.py::test_ok", "call", "passed", 0.25)
-    tally.add("harness/suites/test_a.py::test_skip", "setup", "skipped", 0.0, message="no GPU")
-    tally.add("harness/suites/test_a.py::test_xf", "call", "skipped", 0.1, wasxfail=True)
-    tally.add("harness/suites/test_a.py::test_xp", "call", "passed", 0.1, wasxfail=True)
-    tally.add("harness/suites/test_a.py::test_bad", "call", "failed", 1.5, message="assert 1 == 2")
-    tally.add("harness/suites/test_a.py::test_fixture", "setup", "failed", 0.0, message="boom")
+    tally.add("suites/test_a.py::test_ok", "call", "passed", 0.25)
+    tally.add("suites/test_a.py::test_skip", "setup", "skipped", 0.0, message="no GPU")
+    tally.add("suites/test_a.py::test_xf", "call", "skipped", 0.1, wasxfail=True)
+    tally.add("suites/test_a.py::test_xp", "call", "passed", 0.1, wasxfail=True)
+    tally.add("suites/test_a.py::test_bad", "call", "failed", 1.5, message="assert 1 == 2")
+    tally.add("suites/test_a.py::test_fixture", "setup", "failed", 0.0, message="boom")
     figures = [fig(metric, 1.5) for metric in sorted(METRICS)]
     return [
         make_run("bare"), make_run("gpu", hardware=GPU_BOX), _full_run(), _bare_full_run(),
@@ -163,7 +163,7 @@ def test_runs_the_harness_writes_round_trip(run: RunRecord) -> None:
     text = json.dumps(run.to_json(), allow_nan=False)
     assert parse_run_json(text) == run
     assert parse_run_json(text.encode("utf-8")) == run
-    assert RunRecord.from_json(json.loads(text)) == run
+    assert run_from_json(json.loads(text)) == run
     check_run(run)
 
 
@@ -268,7 +268,7 @@ def test_a_non_finite_float_in_a_parsed_body_is_refused() -> None:
     body = _body()
     body["outcomes"][2]["duration_s"] = math.nan
     with pytest.raises(RunRecordError) as caught:
-        RunRecord.from_json(body)
+        run_from_json(body)
     assert caught.value.field == "$.outcomes[2].duration_s"
 
 
@@ -304,7 +304,7 @@ def test_nesting_up_to_the_limit_is_parsed() -> None:
 
 
 @pytest.mark.parametrize(("change", "field", "words"), [
-    (lambda b: b["outcomes"][1].update(test_id=["harness/suites/x.py::t"]), "$.outcomes[1].test_id",
+    (lambda b: b["outcomes"][1].update(test_id=["suites/x.py::t"]), "$.outcomes[1].test_id",
      "expected a string"),
     (lambda b: b["outcomes"][1].update(message={"text": "x"}), "$.outcomes[1].message",
      "expected a string or null"),

@@ -31,8 +31,9 @@ from results_fixtures import (  # noqa: F401 - store_url is a fixture
     store_url,
 )
 
-from harness.required import skip_unless_present
+from harness.plugin.required import skip_unless_present
 from harness.results.run_record import RunRecord
+from harness.results.run_validation import run_from_json
 from harness.results.store import ResultsStore, open_store
 from harness.results.store_backends import ResultsStoreError
 from harness.service.app import create_app
@@ -170,7 +171,7 @@ def test_upload_list_get_and_repeat(service: Service, tmp_path: Path) -> None:
         assert listed[0]["hardware"] == {"identity": CPU_BOX.identity,
                                          "description": CPU_BOX.describe()}
         detail = client.get("/api/runs/run-1").json()
-        assert RunRecord.from_json(detail["run"]) == run
+        assert run_from_json(detail["run"]) == run
         assert client.get("/api/runs/nope").status_code == 404
         assert client.get("/api/runs/..%2Fetc").status_code == 404
         assert client.get("/api/runs", params={"branch": "other"}).json()["runs"] == []

@@ -34,7 +34,7 @@ from service_helpers import no_report
 from starlette.routing import Route
 from test_service import AUTH, GZIP, TOKEN
 
-from harness.required import skip_unless_present
+from harness.plugin.required import skip_unless_present
 from harness.results.run_record import RunRecord
 from harness.service.app import ROUTE_STATUSES, create_app
 from harness.service.background import serve_in_thread

@@ -8,7 +8,7 @@ import argparse
 
 import pytest
 
-from harness.session import OPTIONS, positive_int, positive_seconds
+from harness.plugin.session import OPTIONS, positive_int, positive_seconds
 
 pytest_plugins = ["pytester"]
 
@@ -45,7 +45,7 @@ def test_the_flag_wins_over_the_variable(pytester: pytest.Pytester,
     # A bad variable under a good flag is never read.
     monkeypatch.setenv("HARNESS_THREADS", "abc")
     pytester.makepyfile("""
-from harness.session import HarnessSession
+from harness.plugin.session import HarnessSession
 
 def test_threads(pytestconfig):
     assert HarnessSession.of(pytestconfig).options.threads == 3

@@ -9,8 +9,8 @@ from pathlib import Path
 from click.testing import CliRunner
 from results_fixtures import fig, make_run, outcome
 
+from harness.commands.store import store_command
 from harness.results.store import open_store
-from harness.results.store_cli import store_command
 
 
 def _store_url(tmp_path: Path) -> str:
@@ -19,8 +19,8 @@ def _store_url(tmp_path: Path) -> str:
 
 def _write_run(path: Path) -> Path:
     run = make_run("run-7", branch="feature/y",
-                   outcomes=[outcome("harness/suites/test_smoke.py::test_a"),
-                             outcome("harness/suites/test_smoke.py::test_b", "failed")],
+                   outcomes=[outcome("suites/test_smoke.py::test_a"),
+                             outcome("suites/test_smoke.py::test_b", "failed")],
                    figures=[fig("decode_tps", 800.0), fig("ttft_ms", 3.0), fig("kv_mib", 0.1)])
     path.write_text(json.dumps(run.to_json()), encoding="utf-8")
     return path

@@ -20,10 +20,11 @@ import service_helpers
 from click.testing import CliRunner, Result
 from results_fixtures import make_run
 
+from harness.commands.serve import serve_command
+from harness.commands.upload import upload_command
 from harness.results.store import open_store
 from harness.service.app import create_app
 from harness.service.background import serve_in_thread
-from harness.service.service_cli import serve_command, upload_command
 from harness.service.settings import TOKEN_ENV, ServiceSettings
 
 TOKEN = "cli-token-" + "z" * 20
@@ -124,7 +125,7 @@ def test_serve_runs_and_takes_an_upload(tmp_path: Path, run_files: tuple[Path, P
     port = service_helpers.free_port()
     results_url = f"sqlite:///{tmp_path / 'served.sqlite'}"
     env = {**os.environ, TOKEN_ENV: TOKEN, "HARNESS_CACHE": str(tmp_path / "cache")}
-    code = "from harness.service.service_cli import serve_command; serve_command()"
+    code = "from harness.commands.serve import serve_command; serve_command()"
     with subprocess.Popen(
             [sys.executable, "-c", code, "--port", str(port), "--data-dir",
              str(tmp_path / "data"), "--results-url", results_url],

@@ -63,7 +63,7 @@ def test_every_broken_bundle_is_named_with_its_file_and_key(user_folder: Path) -
     assert f"{manifest}: $.context_length: \"long\" is not allowed" in message
     assert f"{user_folder / 'notes'}: no manifest.json" in message
     assert "tiny-mtp.gguf is missing" in message
-    assert message.endswith("harness/resources/fixtures/README.md describes the layout")
+    assert message.endswith("fixtures/models/README.md describes the layout")
     assert message.count("describes the layout") == 1
 
 
@@ -88,7 +88,7 @@ def test_a_bad_bundle_folder_stops_the_session_before_any_test(
 
 
 def test_harness_plan_plans_a_user_bundle(user_folder: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", "from harness.cli import main; main()",
+    done = subprocess.run([sys.executable, "-c", "from harness.commands import main; main()",
                            "plan", "--bundle", str(user_folder / "my-dense"), "--json"],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
@@ -108,9 +108,9 @@ def test_the_suites_run_over_the_user_bundles(user_folder: Path, tmp_path: Path)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
     # The summary shows each test's path relative to the working directory.
-    passed = {"harness/suites/" + line.split()[1].split("harness/suites/")[-1]
+    passed = {"suites/" + line.split()[1].split("suites/")[-1]
               for line in done.stdout.splitlines() if line.startswith("PASSED ")}
-    expected = {f"harness/suites/{module}::{test}[{bundle}]"
+    expected = {f"suites/{module}::{test}[{bundle}]"
                 for module, test in (("test_plan_forwarding.py", OVER_BUNDLES[0]),
                                      ("test_routing.py", OVER_BUNDLES[1]),
                                      ("test_smoke.py", OVER_BUNDLES[2]))

@@ -25,9 +25,9 @@ import click
 import pytest
 import yaml
 
-import harness.plugin
+import harness.plugin.hooks
 from harness import modelgen
-from harness.cli import cli
+from harness.commands import cli
 from harness.probes.gpu_configs import load_gpu_configs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -235,7 +235,7 @@ class _OptionRecorder:
 
 def plugin_options() -> dict[str, list[str] | None]:
     recorder = _OptionRecorder()
-    harness.plugin.pytest_addoption(cast(pytest.Parser, recorder))
+    harness.plugin.hooks.pytest_addoption(cast(pytest.Parser, recorder))
     return recorder.options
 
 

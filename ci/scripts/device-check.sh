@@ -86,20 +86,20 @@ step "binary: $(grep -m1 version "$work/version.txt" || head -1 "$work/version.t
 
 export HARNESS_CACHE="$work/cache"
 step "writing the fixtures"
-python3 -c 'from harness.cli import main; main()' fixtures >/dev/null
+python3 -c 'from harness.commands import main; main()' fixtures >/dev/null
 
 cores=$(nproc)
 workers=${HARNESS_DEVICE_WORKERS:-$(( cores / 2 > 0 ? cores / 2 : 1 ))}
 # The dry run has no GPU to demand: it proves every other step on the CPU build.
 require=cuda
 [ -z "$dry_run" ] || require=""
-suites=(harness/suites/test_gpu_unused.py harness/suites/test_plan_forwarding.py
-        harness/suites/test_offload_ladders.py harness/suites/test_performance.py
-        harness/suites/test_smoke.py)
+suites=(suites/test_gpu_unused.py suites/test_plan_forwarding.py
+        suites/test_offload_ladders.py suites/test_performance.py
+        suites/test_smoke.py)
 step "suites (require GPU: ${require:-none}, $workers workers, budget ${HARNESS_DEVICE_BUDGET_S:-240}s)"
 # The plugin is registered by the harness's entry point where it is installed; from the
 # carried checkout it is named on the command line instead.
-plugin=(-p harness.plugin)
+plugin=(-p harness.plugin.hooks)
 python3 -c 'import importlib.metadata as m; m.distribution("harness")' 2>/dev/null && plugin=()
 select=()
 [ -z "${HARNESS_DEVICE_SELECT:-}" ] || select=(-k "$HARNESS_DEVICE_SELECT")

@@ -4,7 +4,7 @@
 #   ci/scripts/gate.sh BACKEND [PYTEST_ARGS...]      BACKEND: cpu, cuda, rocm or vulkan
 #
 # 1. builds llama-server for BACKEND (cached by build key: a hit costs about a second),
-# 2. runs the suites in harness/suites/ against it with Allure results and a run record,
+# 2. runs the suites in suites/ against it with Allure results and a run record,
 # 3. renders the one-file Allure report (the CI artifact),
 #    with HARNESS_GATE_AB_BASELINE set, measures it against a baseline build side by
 #    side (`harness ab`),
@@ -146,7 +146,7 @@ fi
 # -- 2. the suites ------------------------------------------------------------------
 rm -f "$run_json"
 suites_rc=0
-(cd "$root" && python3 -m pytest harness/suites -p no:cacheprovider -n "$workers" \
+(cd "$root" && python3 -m pytest suites -p no:cacheprovider -n "$workers" \
   --alluredir "$results" --clean-alluredir --harness-run-record "$run_json" \
   "${run_args[@]}" "$@") || suites_rc=$?
 echo "gate: suites exit $suites_rc" >&2

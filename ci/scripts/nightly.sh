@@ -6,7 +6,7 @@
 #   ci/scripts/nightly.sh BACKEND BUNDLE GPU_CONFIG [PYTEST_ARGS...]
 #
 # BUNDLE is a bundle name (fused-dense, fused-mtp, or with HARNESS_BUNDLES=DIR one of
-# your own, user:<folder>) or `all`; GPU_CONFIG a name from harness/resources/gpu/*.json
+# your own, user:<folder>) or `all`; GPU_CONFIG a name from configs/gpu/*.json
 # or `all`. Both are test selectors: tests parametrized by *another* bundle or card (their
 # ids name it, e.g. test_bundle_plan_reaches_the_server[fused-mtp],
 # test_card_flag_set_scaled_to_the_fixture[h200]) are deselected with -k; every other

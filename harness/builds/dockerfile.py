@@ -1,5 +1,5 @@
 """Where the harness's per-backend Dockerfiles live: package data,
-``harness/resources/docker/<backend>.Dockerfile``.
+``ci/docker/<backend>.Dockerfile``.
 
 The container build reads the file it names; the tests' parser of these files is
 ``tests/dockerfile_parser.py``, since nothing in production needs to read one.
@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.facts.build import Backend
-from harness.resources import resource_path
+from harness.resources import card_path
 
 #: Where the per-backend Dockerfiles live: ``<backend>.Dockerfile`` in the package data.
-DOCKERFILE_DIR = resource_path("docker")
+DOCKERFILE_DIR = card_path("ci", "docker")
 
 
 def dockerfile_path(backend: Backend) -> Path:

@@ -3,7 +3,7 @@
 Every format the harness reads has a JSON Schema (draft 2020-12): under ``resources/schemas/``
 (fixture and bundle specs, bundle manifests, the fixture hash record, known flakes,
 ``build.json``, ``llama-cpp-source.json``, an older service's report state) or beside
-its data (``resources/gpu/schema.json``, ``resources/kv_types.schema.json``). ``run.json``
+its data (``configs/gpu/schema.json``, ``configs/gpu/kv_types.schema.json``). ``run.json``
 has its own, in code, with the limits of an upload around it
 (harness/results/run_schema.py).
 

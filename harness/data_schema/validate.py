@@ -23,7 +23,7 @@ from harness.errors import HarnessError
 from harness.resources import resource_path
 
 #: The schemas of the formats whose data is not a folder of its own in the package data
-#: (GPU configs and KV types keep theirs beside them: resources/gpu/, resources/kv_types*).
+#: (GPU configs and KV types keep theirs beside them: configs/gpu/).
 SCHEMA_DIR = resource_path("schemas")
 
 

@@ -38,8 +38,8 @@ GPU_COMPILERS: dict[Backend, tuple[str, str, str]] = {
     Backend.ROCM: ("hipcc", "hipcc", "HIP compiler"),
     Backend.VULKAN: ("glslc", "glslc", "GLSL shader compiler"),
 }
-ADD_CONFIG_FIX = ("add harness/resources/gpu/<card>.json whose `match` pattern finds this name "
-                  "(fields: harness/resources/gpu/README.md)")
+ADD_CONFIG_FIX = ("add configs/gpu/<card>.json whose `match` pattern finds this name "
+                  "(fields: configs/gpu/README.md)")
 GROUPS = ("video", "render")
 
 
@@ -317,7 +317,7 @@ def _gpu_rows(facts: DoctorFacts, backend: Backend | None) -> list[Row]:
 
 def config_row(check: str, gpu: SeenGpu, backend: Backend,
                configs: Sequence[GpuConfig]) -> Row:
-    """Which harness/resources/gpu entry ``gpu`` gets, and whether by name or by VRAM bucket.
+    """Which configs/gpu entry ``gpu`` gets, and whether by name or by VRAM bucket.
 
     A bucket is a fallback, not a tuned profile, so it is a warning that says so.
     """
@@ -335,7 +335,7 @@ def config_row(check: str, gpu: SeenGpu, backend: Backend,
     try:
         tuned = autotune(info, configs, None, {}, {})
     except ConfigError as exc:
-        return Row(check, Status.WARN, str(exc), "correct harness/resources/gpu (README.md there)")
+        return Row(check, Status.WARN, str(exc), "correct configs/gpu (README.md there)")
     notes = "".join(f"; {note}" for note in tuned.reasons[1:])
     if tuned.source is TuneSource.MATCH and tuned.config is not None:
         return Row(check, Status.OK, f"{tuned.config.name} by name{notes}")
@@ -354,12 +354,12 @@ def config_row(check: str, gpu: SeenGpu, backend: Backend,
 
 
 def _configs_row(facts: DoctorFacts) -> Row:
-    check = "GPU configs (harness/resources/gpu)"
+    check = "GPU configs (configs/gpu)"
     if facts.gpu_configs_problem is not None:
         lines = facts.gpu_configs_problem.splitlines()
         more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
         return Row(check, Status.FAIL, lines[0] + more,
-                   "correct the file named (fields: resources/gpu/README.md)", required=True)
+                   "correct the file named (fields: configs/gpu/README.md)", required=True)
     names = ", ".join(c.name for c in facts.gpu_configs)
     return Row(check, Status.OK, f"{len(facts.gpu_configs)} configs: {names}", required=True)
 

@@ -130,5 +130,5 @@ class DoctorFacts:
     #: What each GPU backend's vendor tool sees.
     gpus: Mapping[Backend, GpuHealth] = field(default_factory=_no_gpus)
     gpu_configs: tuple[GpuConfig, ...] = ()
-    #: Why harness/resources/gpu could not be loaded, None when it was.
+    #: Why configs/gpu could not be loaded, None when it was.
     gpu_configs_problem: str | None = None

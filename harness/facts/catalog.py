@@ -1,6 +1,6 @@
 """A fused bundle and its catalog entry, as the bundle's ``manifest.json`` states them.
 
-Layout (documented in harness/resources/fixtures/README.md): ``<bundle>/manifest.json`` and
+Layout (documented in fixtures/models/README.md): ``<bundle>/manifest.json`` and
 ``<bundle>/text/<id>.gguf``, plus ``<bundle>/text/<id>-drafter.gguf`` when the entry
 names a separate drafter.
 """
@@ -18,7 +18,7 @@ MANIFEST_NAME = "manifest.json"
 class RuntimeClass(enum.StrEnum):
     """A catalog entry's ``runtime_class``: the runtime its model needs.
 
-    The catalog format's words (harness/resources/fixtures/README.md; the production catalog the
+    The catalog format's words (fixtures/models/README.md; the production catalog the
     harness models calls it ``fused-eliza1``, reference 000). A fused entry goes to the
     fused llama-cpp pipeline (harness/planning/routing.py), and it is the only class the
     runtime ships.

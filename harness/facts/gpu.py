@@ -1,10 +1,10 @@
 """GPU facts and per-card tuning data: the detected GPU, a card's config, server settings.
 
 ``GpuInfo`` is what a probe reports about the device a server will run on. ``GpuConfig``
-is one validated ``harness/resources/gpu/<card>.json``; ``ServerSettings`` is the set of
+is one validated ``configs/gpu/<card>.json``; ``ServerSettings`` is the set of
 llama-server options autotune decides, one field per llama-server long option
 (``SETTING_FIELDS`` names the option and the values each field may take).
-``ForkKvType`` is one entry of ``harness/resources/kv_types.json``: a KV cache type that only a
+``ForkKvType`` is one entry of ``configs/gpu/kv_types.json``: a KV cache type that only a
 fork of llama.cpp knows, with the block figures a KV sizer needs.
 """
 
@@ -65,7 +65,7 @@ STOCK_CACHE_TYPES: tuple[str, ...] = (
     "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1",
 )
 
-#: KV cache types only the fork builds know. harness/resources/kv_types.json holds their block
+#: KV cache types only the fork builds know. configs/gpu/kv_types.json holds their block
 #: figures; a test keeps this tuple, that file and the GPU schema's enum in step.
 FORK_CACHE_TYPES: tuple[str, ...] = ("qjl1_256", "q4_polar", "tbq3_0", "tbq4_0")
 
@@ -84,7 +84,7 @@ class SettingField:
     """One ``ServerSettings`` field: the llama-server option it stands for and its domain.
 
     ``flag`` is the long option; a ``BOOL`` field is the option pair ``flag`` /
-    ``negative_flag``. Bounds are inclusive. The JSON schema (harness/resources/gpu/schema.json)
+    ``negative_flag``. Bounds are inclusive. The JSON schema (configs/gpu/schema.json)
     states the same domains; a test checks they agree.
     """
 
@@ -273,7 +273,7 @@ class MeasuredDecode:
 
 @dataclass(frozen=True)
 class GpuConfig:
-    """One ``harness/resources/gpu/<name>.json``, validated."""
+    """One ``configs/gpu/<name>.json``, validated."""
 
     name: str
     match: tuple[str, ...]

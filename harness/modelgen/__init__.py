@@ -1,8 +1,8 @@
 """Tiny deterministic GGUF fixtures and fused bundles, written from specs and verified.
 
-Specs live in ``harness/resources/fixtures/specs/*.json`` (one tiny model each) and
-``harness/resources/fixtures/bundles/*.json`` (fused bundles built from those models); the sha256 of
-every written file is recorded in ``harness/resources/fixtures/sha256.json``. ``ensure_fixtures``
+Specs live in ``fixtures/models/specs/*.json`` (one tiny model each) and
+``fixtures/models/bundles/*.json`` (fused bundles built from those models); the sha256 of
+every written file is recorded in ``fixtures/models/sha256.json``. ``ensure_fixtures``
 gives tests a verified fixture root in the cache; ``write_all`` regenerates everything.
 """
 

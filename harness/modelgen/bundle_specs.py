@@ -1,6 +1,6 @@
 """Fused bundle specs: which fixtures make up a bundle and the catalog entry it carries.
 
-One JSON file per bundle under ``harness/resources/fixtures/bundles/``; the bundle's name is the
+One JSON file per bundle under ``fixtures/models/bundles/``; the bundle's name is the
 file's stem. Keys and types are resources/schemas/bundle-spec.schema.json's; model and drafter
 refer to fixture names, checked here against the fixture specs.
 """
@@ -30,7 +30,7 @@ class SpecType(enum.StrEnum):
 #: The bundle spec format; its cache types are the stock server's (STOCK_CACHE_TYPES),
 #: since a bundle runs on the stock server the fixtures test.
 SCHEMA = schema_file("bundle-spec")
-_FIX = "harness/resources/fixtures/README.md describes the bundle specs"
+_FIX = "fixtures/models/README.md describes the bundle specs"
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ LOCK_NAME = ".lock"
 
 _REGENERATE = (
     "if a spec or the writer changed on purpose, regenerate the record with "
-    "`harness fixtures --record` and commit harness/resources/fixtures/sha256.json"
+    "`harness fixtures --record` and commit fixtures/models/sha256.json"
 )
 
 
@@ -42,7 +42,7 @@ def _check_record(files: list[PlannedFile], recorded: Mapping[str, str]) -> None
     stale = sorted(set(recorded) - planned)
     if missing or stale:
         raise FixtureError(
-            "harness/resources/fixtures/sha256.json does not match the specs "
+            "fixtures/models/sha256.json does not match the specs "
             f"(not recorded: {', '.join(missing) or 'none'}; "
             f"recorded but no longer written: {', '.join(stale) or 'none'}); {_REGENERATE}"
         )

@@ -8,15 +8,15 @@ from pathlib import Path
 from harness.modelgen.bundle_specs import BundleSpec, load_bundle_specs
 from harness.modelgen.specs import FixtureSpec, load_fixture_specs
 from harness.modelgen.writer import WRITER_VERSION
-from harness.resources import resource_path
+from harness.resources import card_path
 
 SPECS_SUBDIR = "specs"
 BUNDLES_SUBDIR = "bundles"
 
 
 def fixture_spec_dir() -> Path:
-    """The package data's ``fixtures/``: specs, bundle specs and the hash record."""
-    return resource_path("fixtures")
+    """The design card's ``fixtures/models/``: specs, bundle specs and the hash record."""
+    return card_path("fixtures/models")
 
 
 def spec_names(subdir: str) -> tuple[str, ...]:

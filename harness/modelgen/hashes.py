@@ -1,4 +1,4 @@
-"""Recorded fixture hashes: ``harness/resources/fixtures/sha256.json`` and file hashing.
+"""Recorded fixture hashes: ``fixtures/models/sha256.json`` and file hashing.
 
 The record maps each fixture file's path relative to a fixture root (for example
 ``models/dense.gguf``, ``bundles/fused-dense/manifest.json``) to its sha256. It is

@@ -105,7 +105,7 @@ class FixtureSpec:
 
 #: The spec format: which keys, of which types, for which architecture.
 SCHEMA = schema_file("fixture-spec")
-_FIX = "harness/resources/fixtures/README.md (Spec fields) describes every key"
+_FIX = "fixtures/models/README.md (Spec fields) describes every key"
 
 
 def load_fixture_spec(path: Path) -> FixtureSpec:

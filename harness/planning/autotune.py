@@ -306,7 +306,7 @@ def _select(
     return TuneSource.BUCKET, config, bucket, [
         f"autotune: NO tuned GPU config for {seen}; falling back on VRAM bucket "
         f"{bucket.describe()} -> {config.name} settings{scale}. This is not a tuned "
-        "profile: add a config to harness/resources/gpu/ for this card", *notes]
+        "profile: add a config to configs/gpu/ for this card", *notes]
 
 
 def _layer(

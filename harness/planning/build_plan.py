@@ -49,7 +49,7 @@ _ARCH_PATTERN: dict[Backend, re.Pattern[str]] = {
 }
 #: The one architecture a reduced build compiles when none is named: sm_90 is the H200
 #: of the device check and the newest Debian's CUDA 12.4 covers; gfx1100 (RX 7900 XTX)
-#: is one of the cards in harness/resources/gpu and in the list Debian's rocBLAS ships kernels for.
+#: is one of the cards in configs/gpu and in the list Debian's rocBLAS ships kernels for.
 REDUCED_DEFAULT_ARCH: dict[Backend, str] = {Backend.CUDA: "90", Backend.ROCM: "gfx1100"}
 
 SERVER_TARGET = "llama-server"

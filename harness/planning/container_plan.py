@@ -1,6 +1,6 @@
 """The ``docker build`` arguments for a container build of llama-server (pure).
 
-The Dockerfiles in ``harness/resources/docker/`` take their CMake flags from one build argument,
+The Dockerfiles in ``ci/docker/`` take their CMake flags from one build argument,
 ``CMAKE_FLAGS``, and have no default for it: the flags come from the same
 ``BuildRequest.cmake_flags()`` the native build runs, so a container build and a native
 build of one request cannot drift apart. The base images are build arguments too, so a
@@ -46,7 +46,7 @@ DEFAULT_BASES: Mapping[Backend, Mapping[str, str]] = MappingProxyType({
 })
 
 
-#: Where the CUDA image keeps the toolkit's driver stub (resources/docker/cuda.Dockerfile): off
+#: Where the CUDA image keeps the toolkit's driver stub (ci/docker/cuda.Dockerfile): off
 #: the loader's path, so only a container told so loads it.
 CUDA_DRIVER_STUB_DIR = "/opt/harness/cuda-stub"
 #: The environment a build's ``--version``/``--help`` are asked in, where the build machine
@@ -87,7 +87,7 @@ LOCAL_BASES: Mapping[Backend, LocalBase] = MappingProxyType({
 def container_build_args(backend: Backend, request: BuildRequest,
                          bases: Mapping[str, str] | None, *,
                          local_base: bool = False) -> dict[str, str]:
-    """The build args for ``harness/resources/docker/<backend>.Dockerfile``: images and CMake flags.
+    """The build args for ``ci/docker/<backend>.Dockerfile``: images and CMake flags.
 
     ``bases`` overrides ``BUILD_BASE`` and/or ``RUNTIME_BASE`` (for example with locally
     made images); every image arg is passed explicitly, so the returned dict alone says

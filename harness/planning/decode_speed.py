@@ -192,7 +192,7 @@ def plan_bandwidths(plan: LaunchPlan, gpu: GpuInfo | None,
     config = plan.tune.config
     if config is None:
         return (f"no GPU config gives {gpu.name}'s memory bandwidth; add one "
-                "(harness/resources/gpu/README.md)")
+                "(configs/gpu/README.md)")
     how = ("its config" if plan.tune.source is TuneSource.MATCH
            else f"borrowed from {config.name} by the VRAM bucket")
     return replace(base, gpu_gbps=config.memory_bandwidth_gbps,

@@ -28,7 +28,7 @@ Ported from the pinned llama.cpp source rather than estimated:
 
 Cache types are the nine ``-ctk/-ctv`` values of a stock server, sized from
 ``gguf.GGML_QUANT_SIZES``, plus fork-only types passed in as plain data (name, values per
-block, bytes per block), e.g. ``harness/resources/kv_types.json``.
+block, bytes per block), e.g. ``configs/gpu/kv_types.json``.
 
 The module stays whole because it is one ported algorithm: the cache types, the layer
 layout and the sizing are each a step of the same allocation, checked line by line against
@@ -75,7 +75,7 @@ class CacheRole(enum.StrEnum):
 
 
 class CacheTypeSpec(Protocol):
-    """A cache type as plain data: ``harness/resources/kv_types.json`` entries have this shape."""
+    """A cache type as plain data: ``configs/gpu/kv_types.json`` entries have this shape."""
 
     @property
     def name(self) -> str: ...
@@ -130,7 +130,7 @@ def resolve_cache_type(name: str, fork_types: Iterable[CacheTypeSpec] = ()) -> K
         return KvCacheType(spec.name, spec.block_size, spec.bytes_per_block)
     known = (*SERVER_CACHE_TYPES, *sorted(forks))
     raise ConfigError(f"unknown KV cache type '{name}'; known: {', '.join(known)} (fork-only "
-                      "types come from harness/resources/kv_types.json)")
+                      "types come from configs/gpu/kv_types.json)")
 
 
 # --- the model side -------------------------------------------------------------------

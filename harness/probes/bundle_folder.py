@@ -1,7 +1,7 @@
 """A folder of the user's own fused bundles (``--harness-bundles DIR``), read strictly.
 
 Every subfolder is one bundle in the layout the fixtures' bundles use
-(harness/resources/fixtures/README.md): the catalog entry in ``manifest.json`` (checked
+(fixtures/models/README.md): the catalog entry in ``manifest.json`` (checked
 against its JSON Schema), the text model at ``text/<id>.gguf`` and the drafter the entry
 names. All subfolders are read and every problem is reported at once, each naming its
 file and key; a hidden folder (``.git``) is not a bundle. Nothing is downloaded: the
@@ -23,7 +23,7 @@ from harness.probes.bundles import load_bundle
 USER_PREFIX = "user:"
 LAYOUT_FIX = ("each bundle is a folder with manifest.json (the catalog entry) and text/ "
               "(text/<id>.gguf and the drafter it names); "
-              "harness/resources/fixtures/README.md describes the layout")
+              "fixtures/models/README.md describes the layout")
 
 
 def user_bundle_id(folder_name: str) -> str:

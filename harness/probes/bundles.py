@@ -17,7 +17,7 @@ from harness.facts.catalog import MANIFEST_NAME, Bundle, CatalogEntry
 #: The manifest format: exactly CatalogEntry's fields.
 SCHEMA = schema_file("bundle-manifest")
 _FIX = ("a fixture bundle's manifest is written by `harness fixtures`; "
-        "harness/resources/fixtures/README.md describes the layout")
+        "fixtures/models/README.md describes the layout")
 _MISSING_FIX = "rewrite the fixtures with `harness fixtures`"
 
 

@@ -1,5 +1,5 @@
-"""Loading the per-GPU configs (harness/resources/gpu/*.json) and the fork KV types
-(harness/resources/kv_types.json).
+"""Loading the per-GPU configs (configs/gpu/*.json) and the fork KV types
+(configs/gpu/kv_types.json).
 
 Each file is validated against its JSON schema (draft 2020-12) through harness/data_schema,
 and every problem is reported at once: the file, the JSON path
@@ -33,22 +33,24 @@ from harness.facts.gpu import (
     Supports,
     Vendor,
 )
-from harness.resources import resource_path
+from harness.resources import card_path
 
-GPU_CONFIG_DIR = resource_path("gpu")
+GPU_CONFIG_DIR = card_path("configs/gpu")
 GPU_SCHEMA_NAME = "schema.json"
-KV_TYPES_PATH = resource_path("kv_types.json")
-KV_TYPES_SCHEMA_PATH = resource_path("kv_types.schema.json")
+KV_TYPES_PATH = GPU_CONFIG_DIR / "kv_types.json"
+KV_TYPES_SCHEMA_PATH = GPU_CONFIG_DIR / "kv_types.schema.json"
+#: The files beside the cards in their folder that are not cards.
+NOT_CARDS = frozenset({GPU_SCHEMA_NAME, KV_TYPES_PATH.name, KV_TYPES_SCHEMA_PATH.name})
 
 
 def load_gpu_configs(directory: Path | None = None) -> tuple[GpuConfig, ...]:
-    """Every ``*.json`` card config in ``directory`` (except the schema), sorted by name."""
+    """Every ``*.json`` card config in ``directory`` (not the schema or the KV types), by name."""
     directory = GPU_CONFIG_DIR if directory is None else directory
     schema_path = directory / GPU_SCHEMA_NAME
     if not schema_path.is_file():
         # A directory of test configs may carry no schema of its own.
         schema_path = GPU_CONFIG_DIR / GPU_SCHEMA_NAME
-    paths = sorted(p for p in directory.glob("*.json") if p.name != GPU_SCHEMA_NAME)
+    paths = sorted(p for p in directory.glob("*.json") if p.name not in NOT_CARDS)
     if not paths:
         raise ConfigError(f"{directory}: no GPU config files (*.json) found")
     return tuple(_load_gpu_config(path, schema_path) for path in paths)

@@ -123,14 +123,14 @@ def gpu_use_category(state: GpuState) -> Category:
 
 KNOWN_FLAKE = Category("Known flake", (Matcher(
     statuses=(SKIPPED,),
-    # harness/recording/flakes_plugin.py makes a listed failure an xfail whose reason
+    # harness/plugin/recording/flakes_plugin.py makes a listed failure an xfail whose reason
     # starts "known flake: "; allure-pytest records it as skipped, "XFAIL <reason>".
     message_regex=r"^XFAIL known flake: "),))
 
 BUILD_FAILURE = Category("Build failure", (Matcher(message_regex=_any(
     # harness.errors: the build, its source and its tools.
     _raised(BuildError, SourceError, SourceHashMismatchError, ToolMissingError),
-    # harness/session.py and harness/plugin.py, when the build or the image under test
+    # harness/plugin/session.py and harness/plugin/hooks.py, when the build or the image under test
     # cannot be had.
     r"no build under test",
     r"no llama-server image for the container runner",
@@ -146,7 +146,7 @@ INFRASTRUCTURE = Category("Infrastructure / timeout", (Matcher(message_regex=_an
     # harness/probes/docker_engine.py and harness/runners/llama_server_container.py.
     r"no Docker engine answers",
     r"docker could not start a llama-server container",
-    # harness/plugin.py, --harness-require-gpu: the machine lacks the device the run needs.
+    # harness/plugin/hooks.py, --harness-require-gpu: the machine lacks the device the run needs.
     r"this run requires (?:" + "|".join(b.value for b in Backend) + "): ",
 )),))
 
@@ -159,7 +159,7 @@ def _suite_assertion(suite_file: str) -> str:
 
 PLAN_FORWARDING = Category("Plan-forwarding mismatch", (
     Matcher(message_regex=_any(
-        # harness/suites/test_plan_forwarding.py and harness/verdicts/plan_check.py Mismatch.
+        # suites/test_plan_forwarding.py and harness/verdicts/plan_check.py Mismatch.
         r"the server does not report the plan",
         r"\S+: planned .+, observed ",
     )),

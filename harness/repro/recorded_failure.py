@@ -17,6 +17,7 @@ from typing import Any
 
 from harness.repro.properties import parse_properties
 from harness.repro.repro_error import ReproError
+from harness.results.test_ids import current_test_id
 
 ENVIRONMENT_FILE = "environment.properties"
 _SERVER_ARGV = re.compile(r"server (\d+) argv")
@@ -89,7 +90,8 @@ def recorded_failure(result: Mapping[str, Any], environment: str | None,
                              "missing; copy the whole allure-results folder, not one file")
         argvs.append(tuple(text.split()))
     return RecordedFailure(
-        nodeid=chosen, uuid=str(result.get("uuid", "")), status=str(result.get("status", "")),
+        nodeid=current_test_id(chosen), uuid=str(result.get("uuid", "")),
+        status=str(result.get("status", "")),
         message=str(details.get("message") or "") if isinstance(details, dict) else "",
         properties=parse_properties(environment), server_argvs=tuple(argvs),
         fixtures=tuple(labels(result, "fixture")), origin=origin)

@@ -15,7 +15,7 @@ medians of each figure give:
   recorded a prediction.
 
 :func:`measured_section` turns the rows of one card into the ``measured`` object of its
-config (schema: harness/resources/gpu/schema.json), each entry with
+config (schema: configs/gpu/schema.json), each entry with
 ``"_provenance": "measured"`` and the run ids, first and last dates and harness versions
 behind it; groups with fewer than ``min_runs`` runs are left out.
 """

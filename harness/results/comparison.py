@@ -20,7 +20,6 @@ from typing import Any
 
 from harness.errors import HarnessError
 from harness.facts.gpu import GpuConfig
-from harness.results.comparison_render import comparison_json, comparison_markdown
 from harness.results.drift import Drift, measured_drift
 from harness.results.noise_rule import DEFAULT_NOISE_RULE, Judgement, NoiseRule, judge
 from harness.results.rules import AbVerdict, FigureStatus
@@ -125,14 +124,6 @@ class Comparison:
         # An A/B regression counts like a figure's: both say the candidate build is
         # slower, and `harness compare` exits 1 on either.
         return bool(self.newly_failing) or bool(self.regressions) or bool(self.ab_regressions)
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON-ready form; non-finite numbers (a z over a flat baseline) as "inf"."""
-        return comparison_json(self)
-
-    def to_markdown(self) -> str:
-        """A GitHub-flavoured summary, e.g. for ``$GITHUB_STEP_SUMMARY``."""
-        return comparison_markdown(self)
 
 
 def _outcomes(run: RunRecord) -> dict[str, tuple[Outcome, str | None]]:

@@ -9,14 +9,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from harness.results.comparison import Comparison, FigureResult, TestChange
 from harness.results.rules import AbVerdict, FigureStatus
 from harness.results.run_record import Outcome, metric_unit
-
-if TYPE_CHECKING:
-    # Types only: comparison.py imports this module to render itself.
-    from harness.results.comparison import Comparison, FigureResult, TestChange
 
 _TEST_CATEGORIES = (
     ("newly_failing", "Newly failing tests"),

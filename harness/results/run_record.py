@@ -173,9 +173,9 @@ class Outcome(enum.StrEnum):
 
     ``passed``, ``failed`` and ``skipped`` are a ``TestReport.outcome``; ``error`` (a
     failing set-up or tear-down), ``xfailed`` and ``xpassed`` are the summary's names for
-    the reports it tells apart (harness/recording/outcomes.py folds a test's reports into
+    the reports it tells apart (harness/plugin/recording/outcomes.py folds a test's reports into
     one). Stored in run.json, whose schema's enum is built from this class; a known flake
-    is ``xfailed`` (harness/recording/flakes_plugin.py).
+    is ``xfailed`` (harness/plugin/recording/flakes_plugin.py).
     """
 
     PASSED = "passed"
@@ -231,17 +231,6 @@ class RunRecord:
         body["figures"] = tuple(_figure_json(f) for f in self.figures)
         body["schema"] = RUN_SCHEMA_VERSION
         return body
-
-    @classmethod
-    def from_json(cls, body: object) -> RunRecord:
-        """Parse a ``run.json`` body against the schema (harness.results.run_validation).
-
-        Raises RunRecordError, a ValueError naming the JSON path of the first problem.
-        """
-        # Imported here: run_validation builds these classes, so it imports this module.
-        from harness.results.run_validation import run_from_json  # noqa: PLC0415
-
-        return run_from_json(body, source="run.json")
 
 
 def _plain(value: object) -> object:

@@ -55,7 +55,7 @@ _MAX_FIGURE = 1e15
 AB_DESIGNS = ("interleaved", "duet")
 #: The A/B rule's verdicts, from their enum (harness/results/rules.py).
 AB_VERDICTS = tuple(verdict.value for verdict in AbVerdict)
-#: What a test's outcome may be, from the enum harness/recording/outcomes.py writes.
+#: What a test's outcome may be, from the enum harness/plugin/recording/outcomes.py writes.
 OUTCOMES = tuple(outcome.value for outcome in Outcome)
 #: harness ab's --threshold goes up to 0.5 (a 50 % change).
 _MAX_AB_THRESHOLD = 0.5

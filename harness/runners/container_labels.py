@@ -16,7 +16,7 @@ import uuid
 #: Every container the harness starts carries this label (value "1"); sweeps go by it.
 MANAGED_LABEL = "org.llama-harness.managed"
 #: The harness process (session) that started the container.
-SESSION_LABEL = "org.llama-harness.session"
+SESSION_LABEL = "org.llama-harness.plugin.session"
 #: This process's session id, the value of SESSION_LABEL on its containers.
 SESSION_ID = uuid.uuid4().hex
 #: The host and pid of the process that started the container: a sweep removes the

@@ -52,9 +52,9 @@ def image_missing_message(image: str) -> str:
     """What to do when ``image`` is not in the local engine (nothing is ever pulled)."""
     return (
         f"image {image} is not in the local Docker engine, and the harness pulls nothing "
-        "from a registry; build it from resources/docker/<backend>.Dockerfile as ci/README.md "
+        "from a registry; build it from ci/docker/<backend>.Dockerfile as ci/README.md "
         "('Building by hand') shows. For the CPU image: `harness base-image --distro "
-        "debian:13`, then `docker build --network host -f harness/resources/docker/cpu.Dockerfile "
+        "debian:13`, then `docker build --network host -f ci/docker/cpu.Dockerfile "
         "--build-arg BUILD_BASE=harness-base/debian:13 --build-arg "
         "RUNTIME_BASE=harness-base/debian:13 --build-arg CMAKE_FLAGS=\"$FLAGS\" "
         f"-t {image} \"$HARNESS_CACHE/source/<digest>\"` with FLAGS from "

@@ -75,6 +75,7 @@ from harness.facts.gpu import GpuConfig
 from harness.probes.gpu_configs import load_gpu_configs
 from harness.results.baseline_selection import select_baseline
 from harness.results.comparison import HardwareMismatchError, compare
+from harness.results.comparison_render import comparison_json, comparison_markdown
 from harness.results.noise_rule import NoiseRule
 from harness.results.rules import NOISE_MIN_RUNS, NOISE_THRESHOLD, NOISE_WINDOW, NOISE_Z
 from harness.results.run_validation import RunRecordError
@@ -300,9 +301,9 @@ class _Service:
                 # An unknown baseline, or one with nothing to compare against.
                 return _error(404, str(exc))
             if markdown:
-                return PlainTextResponse(comparison.to_markdown(),
+                return PlainTextResponse(comparison_markdown(comparison),
                                          media_type="text/markdown; charset=utf-8")
-            return JSONResponse(comparison.to_json())
+            return JSONResponse(comparison_json(comparison))
 
         return await run_in_threadpool(run)
 

@@ -19,6 +19,6 @@ def test_two() -> None:
 
 
 def test_plan_mismatch() -> None:
-    # The wording of harness/suites/test_plan_forwarding.py, so the report files it by category.
+    # The wording of suites/test_plan_forwarding.py, so the report files it by category.
     problems = ["ctx_size: planned 1024, observed 512"]
     assert not problems, "the server does not report the plan:\n" + "\n".join(problems)

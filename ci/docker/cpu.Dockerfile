@@ -1,16 +1,9 @@
-# llama-server, Vulkan backend, built from the pinned llama.cpp source in a container.
+# llama-server, CPU backend, built from the pinned llama.cpp source in a container.
 #
 # Multi-stage: `build` compiles only the llama-server target with the CMake flags the
-# harness passes (the native build's flags, BuildRequest.cmake_flags(), with
-# -DGGML_VULKAN=ON); `runtime` holds the static binary, the Vulkan loader (libvulkan1),
-# Mesa's Vulkan drivers (mesa-vulkan-drivers: AMD, Intel, and llvmpipe, the software
-# device CI can select with GGML_VK_VISIBLE_DEVICES=0) and libgomp1 (OpenMP, CPU backend).
-#
-# Debian 13 (trixie), because the Vulkan backend does not build against Debian 12's
-# Vulkan headers (1.3.239 lacks vk::LayerSettingEXT; measured, see DESIGN.md). A runner
-# without registry access passes a locally made trixie image (debootstrap --variant=minbase
-# trixie, then docker import) as BUILD_BASE and RUNTIME_BASE; every package below is in
-# Debian's archive.
+# harness passes (the native build's flags, BuildRequest.cmake_flags()); `runtime` holds
+# the static binary and the one shared library it needs from outside the C/C++ runtime,
+# libgomp1 (ggml's CPU backend uses OpenMP).
 #
 # Build context: a folder holding the llama.cpp tree as ./llama.cpp, which is the layout of
 # the harness's source cache entry ($HARNESS_CACHE/source/<digest>/). Nothing is
@@ -24,20 +17,20 @@
 #   SOURCE_DIR    the tree's path inside the build context (default llama.cpp)
 #
 # Example, as the harness builds (host networking, see ci/README.md):
-#   docker build --network host -f harness/resources/docker/vulkan.Dockerfile \
-#     --build-arg CMAKE_FLAGS="-DCMAKE_BUILD_TYPE=Release ... -DGGML_VULKAN=ON" \
-#     -t llama-server:vulkan "$HARNESS_CACHE/source/<digest>"
+#   docker build --network host -f ci/docker/cpu.Dockerfile \
+#     --build-arg CMAKE_FLAGS="-DCMAKE_BUILD_TYPE=Release ..." \
+#     -t llama-server:cpu "$HARNESS_CACHE/source/<digest>"
 
 ARG BUILD_BASE=debian:trixie-slim
 ARG RUNTIME_BASE=debian:trixie-slim
 
 FROM ${BUILD_BASE} AS build
 
-# glslc compiles ggml's shaders to SPIR-V at build time; libvulkan-dev and spirv-headers
-# are the headers ggml-vulkan includes. No git, no libssl-dev (LLAMA_OPENSSL=OFF).
+# A compiler, make and CMake are all a CPU build needs: no git (the sdist carries no .git)
+# and no libssl-dev (LLAMA_OPENSSL=OFF).
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        build-essential cmake glslc libvulkan-dev spirv-headers \
+        build-essential cmake \
     && rm -rf /var/lib/apt/lists/*
 
 ARG SOURCE_DIR=llama.cpp
@@ -56,8 +49,7 @@ RUN : "${CMAKE_FLAGS:?is required: pass BuildRequest.cmake_flags(), see ci/READM
 FROM ${RUNTIME_BASE} AS runtime
 
 RUN apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        libgomp1 libvulkan1 mesa-vulkan-drivers \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libgomp1 \
     && rm -rf /var/lib/apt/lists/*
 
 COPY --from=build /build/bin/llama-server /app/llama-server

@@ -19,7 +19,7 @@ from typing import Any
 import allure
 import pytest
 
-from harness.flakes import KnownFlakes, KnownFlakesError, load_known_flakes
+from harness.plugin.flakes import KnownFlakes, KnownFlakesError, load_known_flakes
 from harness.probes.hardware import detect_hardware
 from harness.resources import resource_path
 from harness.results.run_record import Hardware

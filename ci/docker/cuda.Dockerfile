@@ -47,7 +47,7 @@
 #   SOURCE_DIR    the tree's path inside the build context (default llama.cpp)
 #
 # Example, as the harness builds (host networking, see ci/README.md):
-#   docker build --network host -f harness/resources/docker/cuda.Dockerfile \
+#   docker build --network host -f ci/docker/cuda.Dockerfile \
 #     --build-arg CMAKE_FLAGS="-DCMAKE_BUILD_TYPE=Release ... -DGGML_CUDA=ON" \
 #     -t llama-server:cuda "$HARNESS_CACHE/source/<digest>"
 

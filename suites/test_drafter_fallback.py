@@ -37,7 +37,7 @@ pytestmark = pytest.mark.server
 PROMPT = "Once upon a time"
 #: Greedy, seeded, no early stop: two launches of one model must produce the same tokens.
 EXACT = {"ignore_eos": True, "seed": 42, "return_tokens": True}
-#: An RTX 4090 as its probe reports it; harness/resources/gpu/rtx-4090.json matches it by name.
+#: An RTX 4090 as its probe reports it; configs/gpu/rtx-4090.json matches it by name.
 RTX_4090 = GpuInfo("NVIDIA GeForce RTX 4090", 24564)
 MIB = 1024 * 1024
 #: The log lines of a speculative start (common/speculative.cpp of the pinned source).
@@ -205,7 +205,7 @@ def test_a_drafter_that_would_cost_the_context_window_is_left_out(
     per_call: dict[str, object] = {"ctx_size": ctx, "parallel": 1, "cache_type_k": "f16",
                                    "cache_type_v": "f16", "load_mode": "mmap"}
     card = _plan_on_4090(fixture_set, harness_build, None, per_call).tune.config
-    assert card is not None, "harness/resources/gpu/rtx-4090.json must match the RTX 4090"
+    assert card is not None, "configs/gpu/rtx-4090.json must match the RTX 4090"
     real = read_model_facts(load_bundle(fixture_set.bundle("fused-dense")).text_model)
     target = _just_enough(real, ctx, card.reserved_headroom_mib)
 

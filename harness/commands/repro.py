@@ -27,11 +27,11 @@ from harness.errors import HarnessError
 from harness.facts.build import BuildInfo
 from harness.facts.gpu import GpuInfo
 from harness.files import write_json_atomic
-from harness.paths import SUITES_ROOTDIR, cache_root
+from harness.paths import SUITES_NODEID_PREFIX, SUITES_ROOTDIR, cache_root
 from harness.planning.container_plan import SERVER_PATH_IN_IMAGE
+from harness.plugin.recording.run_file import current_commit
 from harness.probes.devices import list_devices
 from harness.probes.hardware import detect_hardware
-from harness.recording.run_file import current_commit
 from harness.repro.command import (
     LocalCommand,
     docker_command,
@@ -124,9 +124,12 @@ def _reproduce(*, failure: str | None, run_id: str | None, test: str | None,
         click.echo(f"planner GPU: {format_gpu_spec(gpu) if gpu else 'none'}"
                    f"{' (this machine)' if local_gpu else ' (as the run planned)'}")
         _print_commands(recorded, info, build, fixtures.root, external)
+        # A suite test runs from wherever this install keeps the suites (its node id is
+        # relative to that folder); another test from the run's own rootdir, if it is here.
+        suite = recorded.nodeid.startswith(SUITES_NODEID_PREFIX)
         rerun = Rerun(nodeid=recorded.nodeid,
-                      rootdir=rootdir or rootdir_for(recorded.properties.get(ROOTDIR),
-                                                     SUITES_ROOTDIR),
+                      rootdir=rootdir or (SUITES_ROOTDIR if suite else rootdir_for(
+                          recorded.properties.get(ROOTDIR), SUITES_ROOTDIR)),
                       build_json=build_json, alluredir=alluredir or work / "allure-results",
                       planner_gpu=gpu, external=external,
                       image=(build.image_id or build.image) if build.image else None)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.recording.recorder import ServerRecord, SupervisedStory
+from harness.plugin.recording.recorder import ServerRecord, SupervisedStory
 from harness.verdicts.failure import classify_start_failure
 from harness.verdicts.gpu_use import gpu_verdict
 from harness.verdicts.residency import residency_json, residency_verdict

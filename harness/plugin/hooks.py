@@ -30,15 +30,21 @@ from harness.planning.container_gpu import plan_gpu_access
 from harness.planning.launch import LaunchSpec
 from harness.planning.launch_plan import LaunchPlan, PlanRequest, plan_launch
 from harness.planning.routing import InferenceBackend
+from harness.plugin.recording.flakes_plugin import KnownFlakesPlugin
+from harness.plugin.recording.pytest_plugin import RecordingPlugin
+from harness.plugin.required import RequireSettingError, required_resources, skip_unless_present
+from harness.plugin.session import (
+    SESSION_KEY,
+    HarnessOptions,
+    HarnessSession,
+    add_options,
+)
 from harness.probes.bundles import load_bundle
 from harness.probes.devices import Device
 from harness.probes.docker_engine import docker_engine
 from harness.probes.gguf_facts import read_model_facts
 from harness.probes.gpu_configs import load_fork_kv_types, load_gpu_configs
 from harness.probes.gpu_health import runner_gpu_health
-from harness.recording.flakes_plugin import KnownFlakesPlugin
-from harness.recording.pytest_plugin import RecordingPlugin
-from harness.required import RequireSettingError, required_resources, skip_unless_present
 from harness.runners.base import RunningServer, ServerRunner
 from harness.runners.container_labels import SESSION_ID
 from harness.runners.container_runner import ContainerRunner
@@ -48,12 +54,6 @@ from harness.runners.external_runner import ExternalRunner
 from harness.runners.live import stop_all
 from harness.runners.observe import notify_planned
 from harness.runners.subprocess_runner import SubprocessRunner
-from harness.session import (
-    SESSION_KEY,
-    HarnessOptions,
-    HarnessSession,
-    add_options,
-)
 
 #: What every fixture hands a test: the one server seam (harness/runners/base.py), whichever
 #: runner started it.

@@ -23,6 +23,7 @@ from harness.errors import HarnessError
 from harness.probes.gpu_configs import load_gpu_configs
 from harness.results.baseline_selection import select_baseline
 from harness.results.comparison import compare
+from harness.results.comparison_render import comparison_json, comparison_markdown
 from harness.results.noise_rule import NoiseRule
 from harness.results.rules import NOISE_MIN_RUNS, NOISE_THRESHOLD, NOISE_WINDOW, NOISE_Z
 from harness.results.run_record import RunRecord
@@ -61,9 +62,9 @@ def _report(*, baseline: str, current: str | None, window: int, rule: NoiseRule,
         comparison = compare(select_baseline(store, baseline, run, window), run, rule,
                              load_gpu_configs())
     if output_format == "json":
-        text = json.dumps(comparison.to_json(), indent=2, sort_keys=True) + "\n"
+        text = json.dumps(comparison_json(comparison), indent=2, sort_keys=True) + "\n"
     else:
-        text = comparison.to_markdown()
+        text = comparison_markdown(comparison)
     return text, comparison.regressed
 
 

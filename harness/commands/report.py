@@ -11,12 +11,12 @@ from pathlib import Path
 
 import click
 
+from harness.commands.store import read_run_json
 from harness.errors import HarnessError
 from harness.paths import cache_root
 from harness.report.allure import generate_report
 from harness.report.baseline_figures import baseline_picture
 from harness.report.global_attachments import GlobalAttachment
-from harness.results.store_cli import read_run_json
 
 HISTORY_ENV = "HARNESS_ALLURE_HISTORY"
 HISTORY_FILE = "allure-history.jsonl"

@@ -25,7 +25,7 @@ from harness.perf.keys import (
 )
 from harness.perf.measure import kv_mib, measure_speed, peak_host_mib, vram_mib
 from harness.planning.launch import LaunchSpec
-from harness.recording.prediction import predicted_decode_tps
+from harness.plugin.recording.prediction import predicted_decode_tps
 from harness.results.run_record import NO_GPU, FigureKey
 from harness.runners.base import RunningServer
 

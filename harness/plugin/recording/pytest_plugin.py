@@ -23,12 +23,10 @@ import pytest
 from harness.builds.container_build import image_id
 from harness.builds.under_test import BuildUnderTest
 from harness.perf.keys import figures
-from harness.probes.docker_engine import docker_engine
-from harness.probes.hardware import detect_hardware
-from harness.recording import story
-from harness.recording.outcomes import OutcomeTally
-from harness.recording.recorder import MeasureSettings, ServerRecorder, TestCapture
-from harness.recording.run_file import (
+from harness.plugin.recording import story
+from harness.plugin.recording.outcomes import OutcomeTally
+from harness.plugin.recording.recorder import MeasureSettings, ServerRecorder, TestCapture
+from harness.plugin.recording.run_file import (
     append_figures,
     build_ref,
     environment_properties,
@@ -38,10 +36,12 @@ from harness.recording.run_file import (
     run_record,
     write_run,
 )
+from harness.plugin.session import HarnessSession
+from harness.probes.docker_engine import docker_engine
+from harness.probes.hardware import detect_hardware
 from harness.repro.properties import repro_properties
 from harness.results.run_record import Hardware
 from harness.runners.observe import add_observer, remove_observer
-from harness.session import HarnessSession
 
 _FAILED = pytest.StashKey[bool]()
 JSON = allure.attachment_type.JSON

@@ -44,7 +44,7 @@
 #   SOURCE_DIR      the tree's path inside the build context (default llama.cpp)
 #
 # Example, as the harness builds (host networking, see ci/README.md):
-#   docker build --network host -f harness/resources/docker/rocm.Dockerfile \
+#   docker build --network host -f ci/docker/rocm.Dockerfile \
 #     --build-arg CMAKE_FLAGS="-DCMAKE_BUILD_TYPE=Release ... -DGGML_HIP=ON" \
 #     -t llama-server:rocm "$HARNESS_CACHE/source/<digest>"
 

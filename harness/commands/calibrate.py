@@ -34,7 +34,7 @@ from harness.results.calibration import (
     with_measured,
 )
 from harness.results.run_record import RunRecord
-from harness.results.run_validation import RunRecordError
+from harness.results.run_validation import RunRecordError, run_from_json
 
 TIMEOUT_S = 30.0
 
@@ -51,7 +51,7 @@ class CalibrationError(HarnessError):
                    "repeatable.")
 @click.option("--configs", type=click.Path(path_type=Path, file_okay=False, exists=True),
               default=None, help="The card configs to map runs to and to write "
-                                 "(default: the packaged harness/resources/gpu).")
+                                 "(default: the packaged configs/gpu).")
 @click.option("--min-runs", type=click.IntRange(min=1), default=3, show_default=True,
               help="Write no measured figure from fewer nights than this.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=1000, show_default=True,
@@ -89,7 +89,7 @@ def fetch_runs(service: str, branches: tuple[str, ...], limit: int) -> list[RunR
             listed = _json(client.get(f"{service}/api/runs", params={"limit": limit}))
             ids = [str(r["run_id"]) for r in listed.get("runs", [])
                    if _wanted(str(r.get("branch", "")), branches)]
-            return [RunRecord.from_json(
+            return [run_from_json(
                 _json(client.get(f"{service}/api/runs/{quote(run_id, safe='')}"))["run"])
                 for run_id in ids]
     except httpx.HTTPError as exc:
