@@ -13,15 +13,14 @@ argv we sent. A mismatch names the field, the planned value and the observed val
 the log's ``- n_max=…, n_min=…, p_min=…`` line is their one witness. A planned field the
 build cannot show (``harness.verdicts.unverifiable_fields.unverifiable``: the GPU fields on
 the CPU build, draft sizes without a drafter, …) is left out of the comparison, never silently: it
-is attached to the report as "unverified fields" and raised as an ``UnverifiedField``
-warning with its reason.
+is attached to the test's report as "unverified fields", and the run's terminal summary
+says once per field and reason how many tests left it out.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import warnings
 
 import allure
 import pytest
@@ -32,12 +31,12 @@ from harness.client import ServerClient
 from harness.facts.gpu import GpuInfo
 from harness.planning.kv import AUTO_PARALLEL
 from harness.planning.launch_plan import LaunchPlan
-from harness.plugin import LaunchPlanned, PlanFor
+from harness.plugin import LaunchPlanned, PlanFor, RecordUnverified
 from harness.probes.gpu_configs import load_gpu_configs
 from harness.verdicts.kv_log import check_kv_plan
 from harness.verdicts.launch_report import parse_launch_log
 from harness.verdicts.plan_check import compare_launch
-from harness.verdicts.unverifiable_fields import UnverifiedField, unverifiable
+from harness.verdicts.unverifiable_fields import unverifiable
 
 pytestmark = pytest.mark.server
 
@@ -103,8 +102,8 @@ CARD_DEVICE_NAMES = {
 }
 
 
-def _assert_forwarded(plan: LaunchPlan, launch: LaunchPlanned,
-                      harness_build: BuildUnderTest) -> None:
+def _assert_forwarded(plan: LaunchPlan, launch: LaunchPlanned, harness_build: BuildUnderTest,
+                      unverified_fields: RecordUnverified) -> None:
     server = launch(plan)
     with ServerClient(server.base_url) as client:
         props = client.props()
@@ -113,7 +112,7 @@ def _assert_forwarded(plan: LaunchPlan, launch: LaunchPlanned,
     expected: dict[str, object] = {name: getattr(plan.spec, name) for name in FORWARDED}
     expected["cpu_moe"] = plan.spec.cpu_moe or None  # False: not planned, nothing to check
     unseen = unverifiable(expected, harness_build.backend)
-    _say_unverified(unseen, expected, harness_build)
+    _say_unverified(unseen, expected, harness_build, unverified_fields)
     checked = {name: value for name, value in expected.items() if name not in unseen}
     problems = [str(m) for m in compare_launch(checked, report)]
     planned_slots = plan.spec.parallel or AUTO_PARALLEL
@@ -133,16 +132,16 @@ def _assert_forwarded(plan: LaunchPlan, launch: LaunchPlanned,
 
 
 def _say_unverified(unseen: dict[str, str], expected: dict[str, object],
-                    harness_build: BuildUnderTest) -> None:
-    """Name every planned field left unchecked, in the report and as a warning."""
+                    harness_build: BuildUnderTest, record: RecordUnverified) -> None:
+    """Name every planned field left unchecked: each value and reason in the test's report,
+    and each field once in the run's summary (harness/plugin/unverified.py)."""
     if not unseen:
         return
-    lines = [f"{name} = {expected[name]!r}: {why}" for name, why in sorted(unseen.items())]
-    allure.attach(json.dumps({"backend": harness_build.backend.value, "fields": dict(unseen)},
+    fields = {name: {"planned": repr(expected[name]), "why": why}
+              for name, why in sorted(unseen.items())}
+    allure.attach(json.dumps({"backend": harness_build.backend.value, "fields": fields},
                              indent=2), "unverified fields", allure.attachment_type.JSON)
-    warnings.warn(UnverifiedField(
-        f"{harness_build.backend.value} build: planned but not verifiable here:\n  "
-        + "\n  ".join(lines)), stacklevel=2)
+    record(unseen)
 
 
 @pytest.mark.parametrize(("fixture", "per_call", "extra"),
@@ -150,33 +149,37 @@ def _say_unverified(unseen: dict[str, str], expected: dict[str, object],
 def test_plan_reaches_the_server(*, fixture: str, per_call: dict[str, object],
                                  extra: dict[str, object], plan_for: PlanFor,
                                  launch: LaunchPlanned, harness_build: BuildUnderTest,
-                                 fixture_set: modelgen.FixtureSet) -> None:
+                                 fixture_set: modelgen.FixtureSet,
+                                 unverified_fields: RecordUnverified) -> None:
     if extra.get("explicit_spec_type") == "draft-simple":
         extra = {**extra, "explicit_drafter": fixture_set.model("drafter")}
     plan = plan_for(model=fixture, per_call=per_call, **extra)
-    _assert_forwarded(plan, launch, harness_build)
+    _assert_forwarded(plan, launch, harness_build, unverified_fields)
 
 
 def test_bundle_plan_reaches_the_server(any_bundle: str, plan_for: PlanFor,
-                                        launch: LaunchPlanned,
-                                        harness_build: BuildUnderTest) -> None:
+                                        launch: LaunchPlanned, harness_build: BuildUnderTest,
+                                        unverified_fields: RecordUnverified) -> None:
     """Every bundle: the fixtures' and the user's (``--harness-bundles``)."""
-    _assert_forwarded(plan_for(bundle=any_bundle), launch, harness_build)
+    _assert_forwarded(plan_for(bundle=any_bundle), launch, harness_build, unverified_fields)
 
 
 def test_planned_offload_reaches_the_server(plan_for: PlanFor, launch: LaunchPlanned,
-                                            harness_build: BuildUnderTest) -> None:
+                                            harness_build: BuildUnderTest,
+                                            unverified_fields: RecordUnverified) -> None:
     plan = plan_for(model="moe", per_call={"ctx_size": 512})
     # The fixture fits any GPU, so the offload is set as a per-call rung would set it; the
     # log proves which blocks moved at -lv 5.
     spec = dataclasses.replace(plan.spec, n_cpu_moe=1, log_verbosity=5)
-    _assert_forwarded(dataclasses.replace(plan, spec=spec), launch, harness_build)
+    _assert_forwarded(dataclasses.replace(plan, spec=spec), launch, harness_build,
+                      unverified_fields)
 
 
 @pytest.mark.parametrize("card", sorted(CARD_DEVICE_NAMES))
 def test_card_flag_set_scaled_to_the_fixture(card: str, plan_for: PlanFor,
                                              launch: LaunchPlanned,
-                                             harness_build: BuildUnderTest) -> None:
+                                             harness_build: BuildUnderTest,
+                                             unverified_fields: RecordUnverified) -> None:
     config = next(c for c in load_gpu_configs() if c.name == card)
     gpu = GpuInfo(CARD_DEVICE_NAMES[card], config.vram_mib)
     # The card's own parallel, batch, cache types, flash-attn and checkpoints; only the
@@ -187,4 +190,4 @@ def test_card_flag_set_scaled_to_the_fixture(card: str, plan_for: PlanFor,
                     explicit_spec_type="none")
     assert plan.tune.label == card
     assert plan.origins["parallel"] == "card"
-    _assert_forwarded(plan, launch, harness_build)
+    _assert_forwarded(plan, launch, harness_build, unverified_fields)

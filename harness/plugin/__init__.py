@@ -6,11 +6,13 @@
   resolve to (the build, its devices, whether Docker answers), on ``config.stash``;
 - ``required`` — ``HARNESS_TEST_REQUIRE``: a missing resource fails instead of skipping;
 - ``flakes`` — the reviewed known-flakes list;
+- ``unverified`` — the one-line-per-field summary of planned fields a build cannot show;
 - ``recording`` — the run record and Allure details written while the suites run.
 
 The names the suites annotate their fixtures with are re-exported here.
 """
 
 from harness.plugin.hooks import BundleDir, LaunchPlanned, PlanFor, Server, StartServer
+from harness.plugin.unverified import RecordUnverified
 
-__all__ = ["BundleDir", "LaunchPlanned", "PlanFor", "Server", "StartServer"]
+__all__ = ["BundleDir", "LaunchPlanned", "PlanFor", "RecordUnverified", "Server", "StartServer"]

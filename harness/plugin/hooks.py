@@ -39,6 +39,7 @@ from harness.plugin.session import (
     HarnessSession,
     add_options,
 )
+from harness.plugin.unverified import RecordUnverified, UnverifiedSummary, record_on
 from harness.probes.bundles import load_bundle
 from harness.probes.devices import Device
 from harness.probes.docker_engine import docker_engine
@@ -73,6 +74,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION_KEY] = session
     session.user_bundles()  # a bad --harness-bundles folder is a usage error, now
     config.pluginmanager.register(RecordingPlugin(config, session), "harness-recording")
+    config.pluginmanager.register(UnverifiedSummary(), "harness-unverified")
     flakes = KnownFlakesPlugin.from_option(config, session.options.known_flakes)
     if flakes is not None:
         config.pluginmanager.register(flakes, "harness-known-flakes")
@@ -183,6 +185,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if (harness is not None and harness.options.runner == "container"
             and not harness.docker_missing()):
         sweep_containers(docker_engine(), session=SESSION_ID)
+
+
+@pytest.fixture
+def unverified_fields(request: pytest.FixtureRequest) -> RecordUnverified:
+    """Record planned fields this build cannot show (name → reason): counted once per field
+    and reason in the run's terminal summary (harness/plugin/unverified.py)."""
+    return record_on(request.node)
 
 
 @pytest.fixture(scope="session")

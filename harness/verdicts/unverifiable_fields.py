@@ -5,7 +5,8 @@
 GPU device to split over, select or put the KV cache on; a plan without a draft-*
 implementation prints no draft sizes, one without checkpoints no spacing, and
 ``--main-gpu`` shows only with ``--split-mode none``), each with the reason, so a caller
-leaves them out loudly (``UnverifiedField``) instead of passing them silently.
+leaves them out loudly (the Allure result and the run's summary, harness/plugin/unverified.py)
+instead of passing them silently.
 """
 
 from __future__ import annotations
@@ -34,14 +35,6 @@ CPU_UNVERIFIABLE: Mapping[str, str] = MappingProxyType({
 #: (common/speculative.cpp: the draft-* family; the ngram ones have sizes of their own).
 _DRAFT_TYPE_PREFIX = "draft-"
 _DRAFT_FIELDS = ("spec_draft_n_min", "spec_draft_n_max", "spec_draft_p_min")
-
-
-class UnverifiedField(UserWarning):
-    """A planned field was sent but the server under test cannot show it (reason given).
-
-    Defined here, not in the suite: pytest-xdist's controller re-creates a worker's
-    warning by importing its class's module, and a test module is not importable there.
-    """
 
 
 def unverifiable(expected: Mapping[str, object], backend: Backend) -> dict[str, str]:
