@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
+
+from harness import commands
 
 HARNESS = [sys.executable, "-c", "from harness.commands import main; main()"]
 
@@ -56,3 +59,24 @@ def test_an_unknown_backend_lists_the_choices() -> None:
     assert result.returncode == 2
     assert "cpu" in result.stderr
     assert "vulkan" in result.stderr
+
+
+def test_help_lists_one_command_per_module_of_the_commands_package() -> None:
+    """``harness --help`` is built from harness/commands: every module there is a command,
+    and nothing else is."""
+    modules = commands.command_modules()
+    assert {"run", "build", "base_image", "repro", "serve", "upload"} <= set(modules)
+    assert not any(name.startswith("_") for name in modules)
+    result = _harness("--help")
+    assert result.returncode == 0, result.stderr
+    listed = result.stdout.split("Commands:", 1)[1].split()
+    shown = {word for word in listed if word.replace("-", "_") in modules}
+    assert shown == {name.replace("_", "-") for name in modules}
+
+
+def test_a_module_defining_no_command_of_its_name_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    stray = types.ModuleType("harness.commands.stray")
+    monkeypatch.setitem(sys.modules, "harness.commands.stray", stray)
+    with pytest.raises(RuntimeError, match=r"defines 0 click commands named 'stray'"):
+        commands.command_of("stray")
