@@ -7,6 +7,7 @@ in a subprocess), and the report from the pinned Allure 3 CLI in node_modules.
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import os
 import re
@@ -42,6 +43,7 @@ from harness.report.allure_meta import (
     write_categories,
     write_environment,
 )
+from harness.report.history_ids import case_id, migrate_history_point
 from harness.report.staging import repair_history
 from harness.supervise.supervisor import LaunchFailedError
 from harness.verdicts.failure import FailureClass, StartFailure, classify_start_failure
@@ -562,3 +564,66 @@ def test_default_history_path(tmp_path: Path) -> None:
 
 def test_every_category_is_exercised() -> None:
     assert {row[4] for row in REAL_MESSAGES} - {None} == {c.name for c in CATEGORIES}
+
+
+# --- the history across the move of the suites ---------------------------------------------
+
+
+def _suite_result(directory: Path, full_name: str, nodeid: str, fixture: str) -> None:
+    """A result as allure-pytest writes it for a parametrized suite test."""
+    test_id = uuid.uuid4().hex
+    case = hashlib.md5(full_name.encode(), usedforsecurity=False).hexdigest()
+    result = {"uuid": test_id, "historyId": test_id, "testCaseId": case,
+              "name": f"test_serves[{fixture}]", "fullName": full_name, "status": "passed",
+              "stage": "finished", "start": 1, "stop": 2,
+              "parameters": [{"name": "fixture", "value": f"'{fixture}'"}],
+              "labels": [{"name": "nodeid", "value": f"{nodeid}::test_serves[{fixture}]"},
+                         {"name": "package", "value": full_name.split("#", maxsplit=1)[0]}]}
+    (directory / f"{test_id}-result.json").write_text(json.dumps(result))
+
+
+def _history_keys(history: Path) -> list[set[str]]:
+    return [set(json.loads(line)["testResults"]) for line in history.read_text().splitlines()]
+
+
+def test_a_history_written_before_the_suites_moved_continues(tmp_path: Path) -> None:
+    """Real Allure, twice: a run named the old way (``harness.suites…``), then the same
+    tests named the new way; the old point is rewritten, so both points key the same
+    tests alike and the trend goes on."""
+    history = tmp_path / "history.jsonl"
+    before, after = tmp_path / "before", tmp_path / "after"
+    for folder, full_name, nodeid in (
+            (before, "harness.suites.test_smoke#test_serves", "harness/suites/test_smoke.py"),
+            (after, "suites.test_smoke#test_serves", "suites/test_smoke.py")):
+        folder.mkdir()
+        for fixture in ("dense", "moe"):
+            _suite_result(folder, full_name, nodeid, fixture)
+    generate_report(before, tmp_path / "report-before", history_path=history)
+    (old_keys,) = _history_keys(history)
+    generate_report(after, tmp_path / "report-after", history_path=history)
+    migrated, new = _history_keys(history)
+    assert len(new) == 2
+    assert migrated == new
+    assert not old_keys & new, "the two namings key the tests apart without the migration"
+    point = json.loads(history.read_text().splitlines()[0])
+    assert {r["fullName"] for r in point["testResults"].values()} == {
+        "suites.test_smoke#test_serves"}
+    nodeids = {label["value"] for r in point["testResults"].values() for label in r["labels"]
+               if label["name"] == "nodeid"}
+    assert nodeids == {"suites/test_smoke.py::test_serves[dense]",
+                       "suites/test_smoke.py::test_serves[moe]"}
+
+
+def test_a_history_point_of_other_tests_is_left_as_it_is() -> None:
+    point = {"testResults": {"abc.def": {"fullName": "tests.test_x#t", "labels": []}},
+             "knownTestCaseIds": ["abc"]}
+    assert migrate_history_point(point) is point
+    # A key that is not the old name's case id (an explicit Allure id) is not guessed at.
+    odd = {"testResults": {"0123.def": {"fullName": "harness.suites.test_x#t"}}}
+    assert migrate_history_point(odd) is odd
+    case = case_id("harness.suites.test_x#t")
+    real = {"testResults": {f"{case}.def": {"fullName": "harness.suites.test_x#t"}},
+            "knownTestCaseIds": [case, "other"]}
+    moved = migrate_history_point(real)
+    assert moved["knownTestCaseIds"] == [case_id("suites.test_x#t"), "other"]
+    assert list(moved["testResults"]) == [f"{case_id('suites.test_x#t')}.def"]

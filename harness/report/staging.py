@@ -23,6 +23,7 @@ from typing import Any
 
 from harness.files import atomic_write_bytes
 from harness.report.allure_meta import CATEGORIES_FILE
+from harness.report.history_ids import migrate_history_point
 
 RESULT_SUFFIX = "-result.json"
 CONTAINER_SUFFIX = "-container.json"
@@ -154,7 +155,8 @@ def _link_or_copy(source: Path, target: Path) -> None:
 
 
 def repair_history(path: Path) -> tuple[str, ...]:
-    """Drop the lines of the history file that are not JSON objects; name each one.
+    """Drop the lines of the history file that are not JSON objects; name each one. A
+    point written before the suites moved gets the keys its tests have now (history_ids).
 
     A missing file is a first run. An unreadable one is left alone and reported; the
     caller then renders without history rather than let Allure fail on it.
@@ -171,11 +173,13 @@ def repair_history(path: Path) -> tuple[str, ...]:
         if not line.strip():
             continue
         try:
-            parse_json_object(line)
+            point = parse_json_object(line)
         except _Bad as why:
             problems.append(f"{path} line {number}: {why}; the line was dropped")
             continue
-        kept.append(line)
+        migrated = migrate_history_point(point)
+        kept.append(line if migrated is point else
+                    json.dumps(migrated, ensure_ascii=False).encode("utf-8"))
     text = b"".join(line + b"\n" for line in kept)
     if text != data:
         # Rewritten also when only the final newline was missing: Allure appends the
