@@ -38,7 +38,7 @@
 #   HARNESS_GATE_WINDOW, HARNESS_GATE_MIN_RUNS   the comparison's --window/--min-runs
 #                         (unset: `harness compare`'s own defaults, which
 #                         harness/results/rules.py holds; raise both on a noisy runner,
-#                         see README)
+#                         see docs/results.md)
 #   HARNESS_GATE_REQUIRE_GPU  1 (default for GPU backends): the run fails instead of
 #                         skipping when the build sees no device of BACKEND
 #   HARNESS_GATE_AB_BASELINE  pin, or a git ref of the llama.cpp checkout in

@@ -86,7 +86,7 @@ def _record(run_json: Path, ab: dict[str, object]) -> None:
 @click.option("--design", type=click.Choice((AUTO, *DESIGNS)), default=AUTO,
               show_default=True, help="duet: both arms at once, each on half the cores; "
               "interleaved: ABBA blocks one start after another; auto: duet for two host "
-              "builds (it decides several times sooner here, see the README), "
+              "builds (it decides several times sooner here, see docs/ab.md), "
               "interleaved when an arm is an image.")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="--threads of every server [default: all cores; duet: half].")

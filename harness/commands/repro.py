@@ -83,9 +83,10 @@ class _NotReproducible(click.ClickException):
                    "instead of starting one.")
 @click.option("--rootdir", type=click.Path(path_type=Path, file_okay=False, exists=True),
               default=None,
-              help="Where to run pytest (node ids are relative to it); default: the run's "
-                   "rootdir when it exists here, else the folder holding this harness "
-                   "package (a checkout's root, or site-packages).")
+              help="Where to run pytest (node ids are relative to it); default for a suite "
+                   "test: the folder holding this install's suites/ (a checkout's root, or "
+                   "site-packages/harness); for another test the run's rootdir when it "
+                   "exists here, else that folder.")
 @click.option("--alluredir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Keep the rerun's Allure results here (default: a temporary folder).")
 @click.pass_context

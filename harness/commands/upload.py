@@ -17,7 +17,7 @@ URL_ENV = "HARNESS_SERVICE_URL"
 
 @click.command("upload")
 @click.option("--url", envvar=URL_ENV, required=True,
-              help=f"The results service, e.g. http://results.example:8080 [env {URL_ENV}].")
+              help=f"The results service, e.g. http://127.0.0.1:8080 [env {URL_ENV}].")
 @click.option("--run-json", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               required=True, help="The run.json the harness wrote for the run.")
 @click.option("--results", type=click.Path(path_type=Path, file_okay=False, exists=True),
