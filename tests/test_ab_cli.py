@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from results_fixtures import make_run
 
+from harness.ab.design_check import VALIDATION_ENV
 from harness.builds.container_build import pinned_source_image
 from harness.builds.slowed import SLOW_DECODE_ENV, ensure_slowed_build, wait_for_slowdown
 from harness.builds.under_test import BuildUnderTest
@@ -25,6 +26,15 @@ from harness.planning.build_plan import BuildRequest
 from harness.results.run_validation import parse_run_json
 
 HARNESS = str(Path(sys.executable).with_name("harness"))
+
+
+@pytest.fixture(autouse=True)
+def own_validation_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test's design validation is its own file (none until a test writes one), so a
+    calibration of this host elsewhere cannot change which design ``auto`` picks here."""
+    path = tmp_path / "ab-validation.json"
+    monkeypatch.setenv(VALIDATION_ENV, str(path))
+    return path
 
 
 def _ab(*args: str, env: dict[str, str] | None = None,
@@ -70,6 +80,54 @@ def test_the_duet_design_pins_the_arms_to_opposite_halves(
     for pair in {s["pair"] for s in body["samples"]}:
         halves = {s["arm"]: s["half"] for s in body["samples"] if s["pair"] == pair}
         assert set(halves.values()) == {0, 1}
+    # No calibration validated duet on this runner: it may never say "unchanged".
+    (decode,) = body["metrics"]
+    assert decode["verdict"] == "unknown", decode
+    if decode["ci_low"] is not None and decode["ci_low"] >= 0.97 and decode["ci_high"] <= 1.031:
+        assert "duet design was not shown to see a change" in decode["reason"]
+
+
+@pytest.mark.server
+@pytest.mark.alone
+def test_calibrate_design_measures_a_known_slowdown_with_every_design(
+        own_validation_record: Path) -> None:
+    """The slowed build against the pinned one, 30 % slower decode, on real servers: each
+    design's effect is recorded beside the sequential (solo) one it is judged by."""
+    result = _ab("--calibrate-design", "--slowdown", "0.3", "--budget-s", "40", "--seed",
+                 "3", timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    record = json.loads(own_validation_record.read_text())
+    checks = {check["design"]: check for check in record["checks"]}
+    assert set(checks) == {"sequential", "interleaved", "duet"}
+    solo = checks["sequential"]
+    assert solo["design_effect"] == solo["solo_effect"]
+    # The injected change is seen solo at about its size (30 %, sized from a probe).
+    assert 0.2 < solo["solo_effect"] < 0.45, solo
+    for check in checks.values():
+        assert check["solo_effect"] == solo["solo_effect"]
+        assert check["pairs"] >= 2, check
+    assert f"recorded in {own_validation_record}" in result.stdout
+    for design in ("sequential", "interleaved", "duet"):
+        assert design in result.stderr
+
+
+@pytest.mark.server
+@pytest.mark.alone
+def test_auto_uses_a_design_only_where_this_runner_validated_it(
+        harness_build: BuildUnderTest, own_validation_record: Path) -> None:
+    key = str(harness_build.binary)
+    args = ("--baseline", key, "--candidate", key, "--budget-s", "5", "--json")
+    unvalidated = json.loads(_ab(*args, "--metric", "decode_tps").stdout)
+    assert unvalidated["design"] == "sequential"
+    check = {"metric": "decode_tps", "solo_effect": 0.1, "design_effect": 0.1, "pairs": 8}
+    own_validation_record.write_text(json.dumps({
+        "host": "vm", "date": "2026-12-01T00:00:00Z", "builds": ["a", "b"],
+        "checks": [{**check, "design": "duet"}]}))
+    validated = json.loads(_ab(*args, "--metric", "decode_tps").stdout)
+    assert validated["design"] == "duet"
+    # Validated for decode speed only: asked for the load time too, auto stays sequential.
+    both = json.loads(_ab(*args, "--metric", "decode_tps", "--metric", "load_s").stdout)
+    assert both["design"] == "sequential"
 
 
 def test_an_unknown_build_is_exit_2_naming_it() -> None:

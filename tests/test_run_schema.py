@@ -384,7 +384,7 @@ def test_nesting_up_to_the_limit_is_parsed() -> None:
      "$.ab.metrics.decode_tps.median", "unknown key"),
     (lambda b: b["ab"].update(threshold=0), "$.ab.threshold", "a number above 0 and at most 0.5"),
     (lambda b: b["ab"].update(threshold=0.6), "$.ab.threshold", "at most 0.5"),
-    (lambda b: b["ab"].update(design="abba"), "$.ab.design", "expected one of 'interleaved'"),
+    (lambda b: b["ab"].update(design="abba"), "$.ab.design", "expected one of 'sequential'"),
     (lambda b: b["ab"].update(baseline="b" * 1025), "$.ab.baseline", "1025 characters"),
     (lambda b: b["ab"].pop("counter_changes"), "$.ab.counter_changes", "required"),
     (lambda b: b["ab"].update(metrics=[]), "$.ab.metrics", "expected an object"),

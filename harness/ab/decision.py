@@ -151,6 +151,9 @@ class MetricDecision:
     pairs: int
     #: The band's t this verdict used: the rule's, or wider for a metric's floor.
     threshold: float = AB_THRESHOLD
+    #: Why the verdict is unknown though the interval lies in the band (the design was
+    #: not shown to see a change of this metric on this runner); None otherwise.
+    reason: str | None = None
 
 
 def decide_metric(metric: str, baseline: Sequence[float], candidate: Sequence[float],

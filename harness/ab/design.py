@@ -1,16 +1,24 @@
 """The order an A/B comparison starts its servers in, and the pairs it reads back (pure).
 
-Two designs, both pairing each baseline sample with a candidate sample taken in the
+Three designs, each pairing a baseline sample with a candidate sample taken in the
 same minute, so drift of the machine (thermal state, other load, the page cache)
 cancels in the pair's ratio instead of landing on one arm:
 
+- ``sequential``: the solo measurement, and the ground truth the others are validated
+  against. A pair's two starts run one after the other, in an order a coin flips, each
+  alone on the machine and pinned to the same half of the cores with the same threads
+  (the half a coin picks per pair). No arm ever shares the hardware with the other, so
+  nothing of one arm's load lands in the other's figures.
 - ``interleaved``: blocks of four fresh starts, ABBA or BAAB at random, one after the
   other with every core. Pairs are the block's first two and last two starts. ABBA
   cancels a linear drift within the block; the coin flip keeps a periodic one from
   lining up with an arm.
 - ``duet``: both arms at once, each pinned to its own half of the cores (Bulej et al.,
   "Duet benchmarking", ICPE 2020), which arm gets which half decided by a coin flip per
-  pair. Both arms see the same moment of the machine; each sees half of it.
+  pair. Both arms see the same moment of the machine; each sees half of it — and
+  whatever the halves share (caches, memory bandwidth, one GPU), which can compress a
+  real change: a duet verdict is trusted only where a calibration on the runner showed
+  it keeps effect sizes (harness/ab/validation.py).
 """
 
 from __future__ import annotations
@@ -21,9 +29,12 @@ from dataclasses import dataclass
 
 BASELINE = "baseline"
 CANDIDATE = "candidate"
+SEQUENTIAL = "sequential"
 INTERLEAVED = "interleaved"
 DUET = "duet"
-DESIGNS = (INTERLEAVED, DUET)
+DESIGNS = (SEQUENTIAL, INTERLEAVED, DUET)
+#: The designs that pin each start to half of the cores (and so need host processes).
+HALVED = (SEQUENTIAL, DUET)
 
 _ORDERS = {"ABBA": (BASELINE, CANDIDATE, CANDIDATE, BASELINE),
            "BAAB": (CANDIDATE, BASELINE, BASELINE, CANDIDATE)}
@@ -46,9 +57,10 @@ class Block:
     #: Each quartet's ``ABBA``/``BAAB`` (interleaved) or each pair's ``AB``/``BA`` (duet:
     #: the arm on half 0 first), joined by ``+`` in the order they run.
     order: str
-    #: Interleaved: started one after the other. Duet: a pair's two slots start together,
-    #: the pairs one after the other.
+    #: Started one after the other, or (duet) a pair's two slots together.
     slots: tuple[Slot, ...]
+    #: Duet: a pair's two starts run at once, on opposite halves.
+    together: bool = False
 
 
 def plan_block(design: str, number: int, rng: random.Random, starts: int = 4) -> Block:
@@ -56,7 +68,9 @@ def plan_block(design: str, number: int, rng: random.Random, starts: int = 4) ->
 
     Interleaved: ``starts // 4`` quartets, each ABBA or BAAB by its own coin flip.
     Duet: ``starts // 2`` pairs run one after the other, each pair's arms at once on
-    halves picked by a coin flip per pair. Its randomness comes from ``rng`` only.
+    halves picked by a coin flip per pair. Sequential: ``starts // 2`` pairs, each
+    pair's arms one after the other in a flipped order, both on one flipped half. Its
+    randomness comes from ``rng`` only.
     """
     if design == INTERLEAVED:
         if starts < 4 or starts % 4:
@@ -72,19 +86,27 @@ def plan_block(design: str, number: int, rng: random.Random, starts: int = 4) ->
             slots += [Slot(arm, first if i < 2 else second)
                       for i, arm in enumerate(_ORDERS[order])]
         return Block(number, "+".join(orders), tuple(slots))
-    if design == DUET:
+    if design in HALVED:
         if starts < 2 or starts % 2:
-            raise ValueError(f"a duet block is whole pairs: {starts} starts is not a "
+            raise ValueError(f"a {design} block is whole pairs: {starts} starts is not a "
                              "positive multiple of 2")
         pairs = starts // 2
         orders, slots = [], []
         for offset in range(pairs):
             pair = number * pairs + offset
-            baseline_half = rng.randrange(2)
-            orders.append("AB" if baseline_half == 0 else "BA")
-            slots += [Slot(BASELINE, pair, baseline_half),
-                      Slot(CANDIDATE, pair, 1 - baseline_half)]
-        return Block(number, "+".join(orders), tuple(slots))
+            if design == DUET:
+                baseline_half = rng.randrange(2)
+                orders.append("AB" if baseline_half == 0 else "BA")
+                slots += [Slot(BASELINE, pair, baseline_half),
+                          Slot(CANDIDATE, pair, 1 - baseline_half)]
+                continue
+            # Sequential: first the order, then the half both starts of the pair share.
+            order = rng.choice(("AB", "BA"))
+            half = rng.randrange(2)
+            orders.append(order)
+            arms = (BASELINE, CANDIDATE) if order == "AB" else (CANDIDATE, BASELINE)
+            slots += [Slot(arm, pair, half) for arm in arms]
+        return Block(number, "+".join(orders), tuple(slots), together=design == DUET)
     raise ValueError(f"unknown A/B design {design!r}; one of {', '.join(DESIGNS)}")
 
 

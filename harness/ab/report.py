@@ -51,7 +51,9 @@ def table(outcome: AbOutcome) -> str:
             f"{len(outcome.samples)} server starts in {outcome.blocks} blocks, "
             f"{outcome.elapsed_s:.0f} s; threshold {settings.rule.threshold:.1%}, budget "
             f"{settings.rule.budget_s:.0f} s, seed {outcome.seed}")
-    return "\n".join([head, "", *lines, "", counters_markdown(counter_report(outcome))])
+    reasons = [f"{d.metric} unknown: {d.reason}" for d in outcome.decisions if d.reason]
+    return "\n".join([head, "", *lines, *(["", *reasons] if reasons else []), "",
+                      counters_markdown(counter_report(outcome))])
 
 
 def _decision_json(decision: MetricDecision, decided_after: float | None) -> dict[str, Any]:
@@ -68,6 +70,7 @@ def _decision_json(decision: MetricDecision, decided_after: float | None) -> dic
         "ci_high": interval.high if interval else None,
         "confidence": interval.confidence if interval else None,
         "decided_after_s": decided_after,
+        "reason": decision.reason,
     }
 
 
@@ -89,6 +92,17 @@ def outcome_json(outcome: AbOutcome) -> dict[str, Any]:
     }
 
 
+def _record_metric(decision: MetricDecision) -> dict[str, Any]:
+    interval = decision.interval
+    body: dict[str, Any] = {"verdict": decision.verdict.value, "pairs": decision.pairs,
+                            "ratio": interval.ratio if interval else None,
+                            "ci_low": interval.low if interval else None,
+                            "ci_high": interval.high if interval else None}
+    if decision.reason is not None:
+        body["reason"] = decision.reason[:1024]
+    return body
+
+
 def record_json(outcome: AbOutcome) -> dict[str, Any]:
     """The run record's ``ab`` object: per metric ratio, CI bounds, verdict, pairs."""
     report = counter_report(outcome)
@@ -97,11 +111,7 @@ def record_json(outcome: AbOutcome) -> dict[str, Any]:
         "candidate": outcome.candidate.describe()[:1024],
         "design": outcome.settings.design, "threshold": outcome.settings.rule.threshold,
         # The verdict's plain text: the run record's ``ab`` is plain JSON.
-        "metrics": {d.metric: {"verdict": d.verdict.value, "pairs": d.pairs,
-                               "ratio": d.interval.ratio if d.interval else None,
-                               "ci_low": d.interval.low if d.interval else None,
-                               "ci_high": d.interval.high if d.interval else None}
-                    for d in outcome.decisions},
+        "metrics": {d.metric: _record_metric(d) for d in outcome.decisions},
         "counter_changes": [{"name": c.name, "baseline": c.baseline[:4096],
                              "candidate": c.candidate[:4096]} for c in report.changed],
     }

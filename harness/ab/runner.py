@@ -29,13 +29,15 @@ from harness.ab.decision import AbRule, AbVerdict, MetricDecision, decide_metric
 from harness.ab.design import (
     BASELINE,
     CANDIDATE,
-    DUET,
+    HALVED,
+    SEQUENTIAL,
     Block,
     Sample,
     Slot,
     paired_values,
     plan_block,
 )
+from harness.ab.validation import earn_unchanged, validated_metrics
 from harness.client import ServerClient, shared_pool
 from harness.errors import ConfigError
 from harness.perf.keys import DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS, DEFAULT_REPETITIONS
@@ -50,6 +52,9 @@ from harness.runners.subprocess_runner import SubprocessRunner
 AB_METRICS = ("decode_tps", "prompt_tps", "ttft_ms", "load_s")
 #: Tokens of the greedy completion whose text is a deterministic counter.
 GREEDY_TOKENS = 16
+#: What an unearned "unchanged" tells the user to do.
+CALIBRATE_HINT = ("validate it with `harness ab --calibrate-design`, or use --design "
+                  "sequential (the default without a validation)")
 
 
 @dataclass(frozen=True)
@@ -70,14 +75,23 @@ class AbSettings:
     fixture: str
     metrics: tuple[str, ...] = AB_METRICS
     rule: AbRule = field(default_factory=AbRule)
-    design: str = DUET
+    design: str = SEQUENTIAL
     ctx_size: int = 512
-    #: ``--threads`` of every server; None: all cores (interleaved), half (duet).
+    #: ``--threads`` of every server; None: all cores (interleaved), half (duet,
+    #: sequential).
     threads: int | None = None
     n_prompt: int = DEFAULT_PROMPT_TOKENS
     n_gen: int = DEFAULT_GEN_TOKENS
     repetitions: int = DEFAULT_REPETITIONS
     seed: int | None = None
+    #: The metrics whose "unchanged" this design has earned on this host
+    #: (harness/ab/validation.py); None: sequential every metric, any other design none.
+    validated: frozenset[str] | None = None
+
+    def earned(self) -> frozenset[str]:
+        if self.validated is not None:
+            return self.validated
+        return validated_metrics(self.design, self.metrics, None)
 
 
 @dataclass
@@ -118,13 +132,14 @@ def _check(baseline: Arm, candidate: Arm, settings: AbSettings) -> None:
     except ValueError as exc:
         raise ConfigError(f"A/B settings: block size {settings.rule.block_size}: {exc}") \
             from exc
-    if settings.design == DUET and (baseline.binary is None or candidate.binary is None):
-        raise ConfigError("the duet design pins each arm's server to half of the cores, "
+    design = settings.design
+    if design in HALVED and (baseline.binary is None or candidate.binary is None):
+        raise ConfigError(f"the {design} design pins each server to half of the cores, "
                           "which needs host processes: give binaries or builds, or use "
                           "--design interleaved for images")
-    if settings.design == DUET and (os.cpu_count() or 1) < 2:
-        raise ConfigError("the duet design needs at least two cores (one half per arm); "
-                          "use --design interleaved")
+    if design in HALVED and len(_cores()) < 2:
+        raise ConfigError(f"the {design} design needs at least two cores (it pins to "
+                          "halves); use --design interleaved")
 
 
 def _cores() -> list[int]:
@@ -201,7 +216,7 @@ def _threads(settings: AbSettings) -> int:
     if settings.threads is not None:
         return settings.threads
     cores = len(_cores())
-    return max(1, cores // 2) if settings.design == DUET else cores
+    return max(1, cores // 2) if settings.design in HALVED else cores
 
 
 def run_ab(baseline: Arm, candidate: Arm, settings: AbSettings, *,
@@ -251,6 +266,10 @@ def _run(baseline: Arm, candidate: Arm, settings: AbSettings, *,
             if metric in frozen:
                 continue
             decision = decide_metric(metric, *paired_values(samples, metric), settings.rule)
+            # An unearned "unchanged" is unknown: not final, so measuring goes on and a
+            # real change the design compresses can still show as regressed.
+            (decision,) = earn_unchanged((decision,), settings.design, settings.earned(),
+                                         CALIBRATE_HINT)
             current[metric] = decision
             if decision.verdict is not AbVerdict.UNKNOWN:
                 frozen[metric] = decision
@@ -274,14 +293,17 @@ def _run(baseline: Arm, candidate: Arm, settings: AbSettings, *,
 
 def _run_block(block: Block, starters: dict[str, _Starter], started: float,
                sequence: int) -> list[Sample]:
-    if all(slot.half is None for slot in block.slots):
+    halves = _halves()
+    if not block.together:
+        # One start after another, each alone on the machine (sequential: on its pair's
+        # half of the cores; interleaved: on all of them).
         found = []
         for offset, slot in enumerate(block.slots):
             at = time.monotonic() - started
+            cpus = halves[slot.half] if slot.half is not None else None
             found.append(_sample(slot, block, sequence=sequence + offset, at=at,
-                                 measured=starters[slot.arm].measure(None)))
+                                 measured=starters[slot.arm].measure(cpus)))
         return found
-    halves = _halves()
     found = []
     pairs = sorted({slot.pair for slot in block.slots})
     for pair in pairs:

@@ -2,6 +2,8 @@
 
 Exit 0 when no metric regressed (unchanged, improved or unknown), 1 when one did, 2 on
 an error (a build that cannot be found, a server that does not start).
+``--calibrate-design`` instead measures a known slowdown with every design and records
+which ones this runner can trust (harness/ab/design_check.py).
 """
 
 from __future__ import annotations
@@ -15,9 +17,16 @@ from docker.errors import DockerException
 
 from harness import modelgen
 from harness.ab.decision import AbRule
-from harness.ab.design import DESIGNS, DUET, INTERLEAVED
+from harness.ab.design import DESIGNS
+from harness.ab.design_check import (
+    DEFAULT_SLOWDOWN,
+    calibrate_designs,
+    load_validation,
+    validation_path,
+)
 from harness.ab.report import outcome_json, record_json, table
 from harness.ab.runner import AB_METRICS, AbProgress, AbSettings, Arm, run_ab
+from harness.ab.validation import DesignCheck, auto_design, validated_metrics
 from harness.builds.under_test import resolve_named_build
 from harness.errors import ConfigError, HarnessError
 from harness.files import write_json_atomic
@@ -71,9 +80,9 @@ def _record(run_json: Path, ab: dict[str, object]) -> None:
 
 
 @click.command("ab")
-@click.option("--baseline", required=True,
+@click.option("--baseline", default=None,
               help="The build to compare against: a build key, build.json, binary or image.")
-@click.option("--candidate", required=True, help="The build under test (same forms).")
+@click.option("--candidate", default=None, help="The build under test (same forms).")
 @click.option("--fixture", default="bench", show_default=True,
               help="The fixture model both arms serve.")
 @click.option("--metric", "metrics", multiple=True, type=click.Choice(AB_METRICS),
@@ -84,12 +93,20 @@ def _record(run_json: Path, ab: dict[str, object]) -> None:
 @click.option("--budget-s", type=click.FloatRange(min=1), default=DEFAULT_RULE.budget_s,
               show_default=True, help="Seconds of measuring before undecided is unknown.")
 @click.option("--design", type=click.Choice((AUTO, *DESIGNS)), default=AUTO,
-              show_default=True, help="duet: both arms at once, each on half the cores; "
-              "interleaved: ABBA blocks one start after another; auto: duet for two host "
-              "builds (it decides several times sooner here, see docs/ab.md), "
-              "interleaved when an arm is an image.")
+              show_default=True, help="sequential: each start alone, both arms on the same "
+              "half of the cores (the ground truth); interleaved: ABBA blocks on all cores; "
+              "duet: both arms at once, each on half the cores; auto: the fastest design "
+              "this runner's calibration validated for every metric asked, else "
+              "sequential (interleaved when an arm is an image). See docs/ab.md.")
+@click.option("--calibrate-design", is_flag=True,
+              help="Instead of comparing: inject a known decode slowdown (the slowed "
+              "build against the pinned one), measure it with every design and record "
+              "which keep its size within 20 % of the sequential design's.")
+@click.option("--slowdown", type=click.FloatRange(0.01, 0.5), default=DEFAULT_SLOWDOWN,
+              show_default=True, help="--calibrate-design: the injected decode slowdown.")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
-              help="--threads of every server [default: all cores; duet: half].")
+              help="--threads of every server [default: all cores; duet and sequential: "
+                   "half].")
 @click.option("--seed", type=int, default=None, help="Seed of the block order (printed).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the whole result as JSON (every sample, in order) instead.")
@@ -101,25 +118,35 @@ def _record(run_json: Path, ab: dict[str, object]) -> None:
               "result with the verdicts, the per-sample table and a plot.")
 @click.option("--log-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Keep every server's log here [default: a temporary folder].")
-def ab_command(*, baseline: str, candidate: str, fixture: str, metrics: tuple[str, ...],
-               threshold: float, budget_s: float, design: str, threads: int | None,
+def ab_command(*, baseline: str | None, candidate: str | None, fixture: str,
+               metrics: tuple[str, ...], threshold: float, budget_s: float, design: str,
+               calibrate_design: bool, slowdown: float, threads: int | None,
                seed: int | None, as_json: bool, run_json: Path | None,
                allure_results: Path | None, log_dir: Path | None) -> None:
     """Measure two builds side by side, paired, and decide per metric.
 
     Regressed when the whole 95 % interval of the candidate/baseline ratio is worse
-    than the threshold, unchanged when it lies within it, improved, or unknown when
-    the budget runs out first.
+    than the threshold, improved when better, unchanged when it lies within it and the
+    design is validated on this runner for the metric (the sequential design always
+    is), unknown otherwise or when the budget runs out first.
     """
     try:
+        if calibrate_design:
+            _calibrate(fixture, slowdown, budget_s, seed, log_dir)
+            return
+        if baseline is None or candidate is None:
+            raise click.UsageError("--baseline and --candidate are required (or "
+                                   "--calibrate-design)")
         arms = resolve_arm(baseline, "--baseline"), resolve_arm(candidate, "--candidate")
+        chosen = metrics or AB_METRICS
+        record = load_validation(cache_root())
         if design == AUTO:
-            design = DUET if all(arm.binary is not None for arm in arms) else INTERLEAVED
+            design = auto_design(chosen, record, all(a.binary is not None for a in arms))
         model = modelgen.ensure_fixtures().model(fixture)
         settings = AbSettings(
-            model=model, fixture=fixture, metrics=metrics or AB_METRICS,
+            model=model, fixture=fixture, metrics=chosen,
             rule=AbRule(threshold=threshold, budget_s=budget_s), design=design,
-            threads=threads, seed=seed)
+            threads=threads, seed=seed, validated=validated_metrics(design, chosen, record))
         outcome = run_ab(*arms, settings, on_block=_progress, log_dir=log_dir)
         if run_json is not None:
             _record(run_json, record_json(outcome))
@@ -136,3 +163,23 @@ def ab_command(*, baseline: str, candidate: str, fixture: str, metrics: tuple[st
     else:
         click.echo(table(outcome))
     sys.exit(1 if outcome.regressed else 0)
+
+
+def _calibrate(fixture: str, slowdown: float, budget_s: float, seed: int | None,
+               log_dir: Path | None) -> None:
+    def said(design: str, check: DesignCheck) -> None:
+        verdict = "keeps it" if check.keeps or design == "sequential" else "does NOT keep it"
+        click.echo(f"{design:11}  measured {check.design_effect:+.1%} slower over "
+                   f"{check.pairs} pairs, {check.share:.0%} of the solo effect: {verdict}",
+                   err=True)
+
+    model = modelgen.ensure_fixtures().model(fixture)
+    click.echo(f"calibrating the A/B designs on this runner: a {slowdown:.0%} decode "
+               f"slowdown, {fixture} fixture (results: {validation_path(cache_root())})",
+               err=True)
+    done = calibrate_designs(cache_root(), model, fixture, slowdown=slowdown,
+                             budget_s=budget_s, seed=seed, on_design=said, log_dir=log_dir)
+    trusted = [d for d in DESIGNS if "decode_tps" in validated_metrics(d, ("decode_tps",),
+                                                                       done.record)]
+    click.echo(f"wait {done.wait_us} us per token; validated for decode_tps: "
+               f"{', '.join(trusted)}; recorded in {done.path}")

@@ -52,7 +52,7 @@ _MAX_FIGURE = 1e15
 
 #: The designs of harness/ab/design.py's DESIGNS, copied rather than imported (harness/ab
 #: builds on this package); tests/test_run_schema.py holds them equal.
-AB_DESIGNS = ("interleaved", "duet")
+AB_DESIGNS = ("sequential", "interleaved", "duet")
 #: The A/B rule's verdicts, from their enum (harness/results/rules.py).
 AB_VERDICTS = tuple(verdict.value for verdict in AbVerdict)
 #: What a test's outcome may be, from the enum harness/plugin/recording/outcomes.py writes.
@@ -93,6 +93,9 @@ _AB_SCHEMA = _object(
                 "verdict": {"enum": list(AB_VERDICTS)},
                 "pairs": {"type": "integer", "minimum": 0, "maximum": _MAX_INT32},
                 "ratio": _AB_RATIO, "ci_low": _AB_RATIO, "ci_high": _AB_RATIO,
+                # Why a verdict is unknown though its interval says more (an unvalidated
+                # design's "unchanged"); absent otherwise.
+                "reason": _text(_TEXT_CHARS),
             }) for name in sorted(METRICS)}},
         "counter_changes": {"type": "array", "maxItems": _MAX_COUNTER_CHANGES,
                             "items": _object(["name", "baseline", "candidate"], {
