@@ -15,7 +15,7 @@ import pytest
 
 from harness.ab.decision import AbVerdict, MetricDecision
 from harness.ab.design import BASELINE, DUET, INTERLEAVED, SEQUENTIAL, plan_block
-from harness.ab.design_check import VALIDATION_ENV, load_validation
+from harness.ab.design_check import CALIBRATING_KINDS, VALIDATION_ENV, amount_for, load_validation
 from harness.ab.stats import RatioInterval
 from harness.ab.validation import (
     DesignCheck,
@@ -119,3 +119,15 @@ def test_a_record_reads_back_and_a_damaged_one_names_the_fix(
                                            "design": "abab"}]}
     with pytest.raises(ValueError, match="outside"):
         record_from_json(bad)
+
+
+def test_each_calibrated_metric_has_a_kind_sized_to_the_asked_change() -> None:
+    assert CALIBRATING_KINDS == {"decode_tps": "decode-wait", "prompt_tps": "prompt",
+                                 "ttft_ms": "first-token"}
+    # 100 tokens/s is 10 ms a token; 10 % fewer tokens a second is 11.11 ms.
+    assert amount_for("decode-wait", 0.10, 100.0) == 1111
+    assert amount_for("prompt", 0.10, 1000.0) == 111
+    # A 20 ms first token made 10 % worse (ratio 1/0.9) waits 2.22 ms more.
+    assert amount_for("first-token", 0.10, 20.0) == 2222
+    with pytest.raises(ConfigError):
+        amount_for("prompt", 0.10, 0.0)

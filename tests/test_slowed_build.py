@@ -1,5 +1,6 @@
 """The slowed build: its patch against the pinned source, the wait arithmetic, and that
-the real slowed server is slower by about what it was asked for (and not otherwise)."""
+the real slowed server is slower by about what it was asked for (and not otherwise), in
+each kind of slowdown it carries, on the metric that kind is made to move."""
 
 from __future__ import annotations
 
@@ -16,9 +17,13 @@ from harness.builds.slowed import (
     PATCH_MARKER,
     PATCH_PATH,
     PATCHED_FILE,
+    PATCHED_FILES,
     SLOW_DECODE_ENV,
+    SLOWDOWN_BY_NAME,
+    SLOWDOWNS,
     apply_patch,
     ensure_slowed_build,
+    slowdown_env,
     slowed_env,
     wait_for_slowdown,
 )
@@ -36,19 +41,23 @@ def _patched_paths() -> set[str]:
     return {line.split()[1].removeprefix("b/") for line in lines if line.startswith("+++ ")}
 
 
-def test_the_patch_touches_only_the_server_decode_loop_file() -> None:
-    # The cheap test below copies only this file; a patch reaching further must say so.
-    assert _patched_paths() == {str(PATCHED_FILE)}
+def test_the_patch_touches_only_the_files_it_names() -> None:
+    # The cheap test below copies only these files; a patch reaching further must say so.
+    assert _patched_paths() == {str(path) for path in PATCHED_FILES}
 
 
 def test_patch_applies_cleanly_to_the_pinned_source(harness_cache: Path,
                                                     tmp_path: Path) -> None:
     pinned = fetch_pinned_source(harness_cache)
-    (tmp_path / PATCHED_FILE).parent.mkdir(parents=True)
-    shutil.copy2(pinned.path / PATCHED_FILE, tmp_path / PATCHED_FILE)
+    for path in PATCHED_FILES:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(pinned.path / path, tmp_path / path)
 
     apply_patch(tmp_path)
 
+    patched = "".join((tmp_path / path).read_text() for path in PATCHED_FILES)
+    for kind in SLOWDOWNS:  # every kind reads its own variable somewhere
+        assert f'"{kind.env}"' in patched, kind
     text = (tmp_path / PATCHED_FILE).read_text()
     assert text.count(PATCH_MARKER) == 1
     assert f'std::getenv("{SLOW_DECODE_ENV}")' in text
@@ -107,6 +116,15 @@ def test_slowed_env_sets_only_the_wait() -> None:
     assert base == {"PATH": "/bin"}
 
 
+def test_a_slowdown_env_turns_on_one_kind_and_off_the_others() -> None:
+    base = {"PATH": "/bin", SLOW_DECODE_ENV: "99"}
+    env = slowdown_env(SLOWDOWN_BY_NAME["prompt"], 200, base)
+    assert env == {"PATH": "/bin", "HARNESS_SLOW_PROMPT_US": "200"}
+    with pytest.raises(ConfigError, match="below 0"):
+        slowdown_env(SLOWDOWN_BY_NAME["memory"], -1, base)
+    assert len({kind.env for kind in SLOWDOWNS}) == len(SLOWDOWNS) == 6
+
+
 def _decode_tps(runner: SubprocessRunner, model: Path) -> float:
     with runner.start(LaunchSpec(model=model, ctx_size=512)) as server:
         speed = measure_speed(server.base_url, DEFAULT_PROMPT_TOKENS, DEFAULT_GEN_TOKENS,
@@ -144,3 +162,65 @@ def test_the_slowed_server_is_slower_only_when_asked(harness_cache: Path,
     assert statistics.median(slow) <= 0.85 * base, (wait, baseline, slow)
     # Unset, the patch costs nothing beyond noise.
     assert statistics.median(idle) >= 0.75 * base, (baseline, idle)
+
+
+#: Each kind at an amount far past noise on the bench fixture, the metric it must move and
+#: by how much at least (a share for speeds, milliseconds for the first token).
+KIND_CASES = [
+    ("memory", 16, 0.15),       # 16 MiB a token: a few ms against ~1.5 ms
+    ("matmul", 20000, 0.15),    # tens of mul_mats a token, each 20000 dependent FMAs
+    ("prompt", 300, 0.15),      # 300 us a prompt token
+    ("first-token", 60000, 40.0),  # 60 ms before the prompt starts, against ~17 ms
+    ("threads", 16, 0.15),      # 16 threads on the cores a 1-thread server was given
+]
+
+
+def _speeds(runner: SubprocessRunner, model: Path, threads: int | None) -> dict[str, float]:
+    with runner.start(LaunchSpec(model=model, ctx_size=512, threads=threads)) as server:
+        speed = measure_speed(server.base_url, DEFAULT_PROMPT_TOKENS, DEFAULT_GEN_TOKENS,
+                              DEFAULT_REPETITIONS)
+    found = {"decode_tps": speed.decode_tps, "prompt_tps": speed.prompt_tps,
+             "ttft_ms": speed.ttft_ms}
+    assert all(v is not None for v in found.values()), f"{runner.binary}: {found}"
+    return {k: float(v) for k, v in found.items() if v is not None}
+
+
+@pytest.mark.server
+@pytest.mark.alone
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize(("name", "amount", "least"), KIND_CASES)
+def test_each_kind_of_slowdown_moves_its_metric(name: str, amount: int, least: float,
+                                                harness_cache: Path,
+                                                fixture_set: modelgen.FixtureSet,
+                                                tmp_path: Path) -> None:
+    kind = SLOWDOWN_BY_NAME[name]
+    model = fixture_set.model("bench")
+    unset = {k: v for k, v in os.environ.items() if k not in {s.env for s in SLOWDOWNS}}
+    slowed = ensure_slowed_build(harness_cache).binary
+    plain = SubprocessRunner(slowed, tmp_path, env=unset)
+    slow = SubprocessRunner(slowed, tmp_path, env=slowdown_env(kind, amount, unset))
+    # One thread, so a build that ignores --threads shows it on any machine.
+    threads = 1 if name == "threads" else None
+    before: list[dict[str, float]] = []
+    after: list[dict[str, float]] = []
+    for _ in range(3):  # alternating, so drift hits both
+        before.append(_speeds(plain, model, threads))
+        after.append(_speeds(slow, model, threads))
+
+    def best(runs: list[dict[str, float]], metric: str) -> float:
+        # Each arm at its best: other load on the machine only ever makes a start slower,
+        # so an outlier cannot pass or fail the comparison.
+        values = [run[metric] for run in runs]
+        return min(values) if metric == "ttft_ms" else max(values)
+
+    moved = kind.moves
+    if moved == "ttft_ms":
+        assert best(after, moved) >= best(before, moved) + least, (before, after)
+        # The delay comes before the prompt's timing starts, so decode keeps its speed.
+        # (Prompt speed does not: during the pause ggml's worker threads go to sleep, and
+        # the first batch after it wakes them, measured 2.5x slower on this fixture.)
+        assert best(after, "decode_tps") >= 0.75 * best(before, "decode_tps")
+    else:
+        assert best(after, moved) <= (1 - least) * best(before, moved), (before, after)
+    if name == "prompt":
+        assert best(after, "decode_tps") >= 0.75 * best(before, "decode_tps")

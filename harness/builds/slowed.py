@@ -1,13 +1,12 @@
-"""A deliberately slowed llama-server: the pinned source plus a decode busy wait.
+"""A deliberately slowed llama-server: the pinned source plus six kinds of slowdown.
 
-The A/B gate's detection benchmark and its end-to-end test need a candidate that is
-slower for a known reason and by a chosen amount. ``patches/decode-busy-wait.patch``
-adds a spin of ``HARNESS_SLOW_DECODE_US`` microseconds after each sampled token (but the
-first) in the server's decode loop, inside what ``timings.predicted_per_second`` times,
-so only decode speed drops. One build serves every slowdown: the wait is read from the
-environment when the server starts, and with the variable unset the binary behaves like
-the pinned build. The build request is the default CPU one, so the patch is the only
-difference to the pinned build.
+The A/B gate's detection benchmark, its design calibration and their tests need a
+candidate that is slower for a known reason and by a chosen amount, in more than one
+way: a design can see one kind of change and be blind to another. ``patches/
+slowdowns.patch`` adds each kind behind its own variable (``SLOWDOWNS``), read once when
+the server starts; one build serves every kind and level, and with none set the binary
+behaves like the pinned build. The build request is the default CPU one, so the patch is
+the only difference to the pinned build.
 
 This is for benchmarks and the harness's own tests only, never a build under test.
 """
@@ -18,6 +17,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock
@@ -31,10 +31,46 @@ from harness.planning.build_plan import BuildRequest
 
 #: Microseconds the slowed server spins after each generated token; unset or 0: none.
 SLOW_DECODE_ENV = "HARNESS_SLOW_DECODE_US"
-PATCH_PATH = Path(__file__).with_name("patches") / "decode-busy-wait.patch"
-#: The line the patch adds; tests look for it in the patched file.
+PATCH_PATH = Path(__file__).with_name("patches") / "slowdowns.patch"
+#: The line the patch adds for the decode wait; tests look for it in the patched file.
 PATCH_MARKER = "// harness: decode slowdown for A/B detection benchmarks"
+#: The server file with the decode loop, and every file the patch touches.
 PATCHED_FILE = Path("tools/server/server-context.cpp")
+PATCHED_FILES = (PATCHED_FILE, Path("tools/server/server.cpp"),
+                 Path("ggml/src/ggml-cpu/ggml-cpu.c"))
+
+
+@dataclass(frozen=True)
+class SlowdownKind:
+    """One kind of slowdown the slowed build carries: its variable, the unit its amount
+    is in, and the metric it is made to move (where in the source: ``where``)."""
+
+    name: str
+    env: str
+    unit: str
+    moves: str
+    where: str
+
+
+SLOWDOWNS = (
+    SlowdownKind("decode-wait", SLOW_DECODE_ENV, "µs of busy wait per generated token",
+                 "decode_tps", "server-context.cpp, after each sampled token but the first"),
+    SlowdownKind("memory", "HARNESS_SLOW_MEMORY_MIB", "MiB written per generated token "
+                 "(one write per cache line)", "decode_tps",
+                 "server-context.cpp, beside the decode wait"),
+    SlowdownKind("matmul", "HARNESS_SLOW_MATMUL_ITERS", "dependent multiply-adds per "
+                 "thread per matrix multiply", "decode_tps",
+                 "ggml-cpu.c, ggml_compute_forward_mul_mat (prompt batches too)"),
+    SlowdownKind("prompt", "HARNESS_SLOW_PROMPT_US", "µs of busy wait per prompt token",
+                 "prompt_tps", "server-context.cpp, before a prompt batch's timing ends"),
+    SlowdownKind("first-token", "HARNESS_SLOW_FIRST_TOKEN_US", "µs of busy wait before a "
+                 "request's prompt starts", "ttft_ms",
+                 "server-context.cpp, before the slot's prompt timing starts (the "
+                 "prompt batch after it is slower too: ggml's threads went idle)"),
+    SlowdownKind("threads", "HARNESS_SLOW_THREADS", "threads the server uses, whatever "
+                 "--threads says", "decode_tps", "server.cpp, after the arguments are parsed"),
+)
+SLOWDOWN_BY_NAME = {kind.name: kind for kind in SLOWDOWNS}
 
 
 def apply_patch(tree: Path, patch: Path = PATCH_PATH) -> None:
@@ -54,8 +90,9 @@ def apply_patch(tree: Path, patch: Path = PATCH_PATH) -> None:
             raise SourceError(
                 f"{patch} does not apply to {tree} (patch exit {proc.returncode}):\n"
                 f"{(proc.stdout + proc.stderr).strip()}\n"
-                f"The pinned source ({MANIFEST_PATH.name}) probably changed: redo the edit "
-                f"in {PATCHED_FILE} of the new source and regenerate the patch with diff -u."
+                f"The pinned source ({MANIFEST_PATH.name}) probably changed: redo the edits "
+                f"in {', '.join(map(str, PATCHED_FILES))} of the new source and regenerate "
+                "the patch with diff -u."
             )
 
 
@@ -109,6 +146,16 @@ def wait_for_slowdown(fraction: float, baseline_decode_tps: float) -> int:
 
 def slowed_env(wait_us: int, base: dict[str, str] | None = None) -> dict[str, str]:
     """``base`` (default: this process's environment) with the slowed server's wait set."""
-    env = dict(os.environ if base is None else base)
-    env[SLOW_DECODE_ENV] = str(wait_us)
+    return slowdown_env(SLOWDOWN_BY_NAME["decode-wait"], wait_us, base)
+
+
+def slowdown_env(kind: SlowdownKind, amount: int,
+                 base: dict[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: this process's environment) with ``kind`` set to ``amount`` and
+    every other kind unset, so exactly one slowdown is on."""
+    if amount < 0:
+        raise ConfigError(f"a {kind.name} slowdown of {amount} {kind.unit} is below 0")
+    env = {k: v for k, v in (os.environ if base is None else base).items()
+           if k not in {other.env for other in SLOWDOWNS}}
+    env[kind.env] = str(amount)
     return env

@@ -19,6 +19,7 @@ from harness import modelgen
 from harness.ab.decision import AbRule
 from harness.ab.design import DESIGNS
 from harness.ab.design_check import (
+    CALIBRATING_KINDS,
     DEFAULT_SLOWDOWN,
     calibrate_designs,
     load_validation,
@@ -99,9 +100,10 @@ def _record(run_json: Path, ab: dict[str, object]) -> None:
               "this runner's calibration validated for every metric asked, else "
               "sequential (interleaved when an arm is an image). See docs/ab.md.")
 @click.option("--calibrate-design", is_flag=True,
-              help="Instead of comparing: inject a known decode slowdown (the slowed "
-              "build against the pinned one), measure it with every design and record "
-              "which keep its size within 20 % of the sequential design's.")
+              help="Instead of comparing: inject a known slowdown of each --metric that "
+              "has one (decode_tps, prompt_tps, ttft_ms; the slowed build against the "
+              "pinned one), measure it with every design and record which keep its size "
+              "within 20 % of the sequential design's.")
 @click.option("--slowdown", type=click.FloatRange(0.01, 0.5), default=DEFAULT_SLOWDOWN,
               show_default=True, help="--calibrate-design: the injected decode slowdown.")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
@@ -132,7 +134,8 @@ def ab_command(*, baseline: str | None, candidate: str | None, fixture: str,
     """
     try:
         if calibrate_design:
-            _calibrate(fixture, slowdown, budget_s, seed, log_dir)
+            _calibrate(fixture, metrics, slowdown=slowdown, budget_s=budget_s, seed=seed,
+                       log_dir=log_dir)
             return
         if baseline is None or candidate is None:
             raise click.UsageError("--baseline and --candidate are required (or "
@@ -165,21 +168,25 @@ def ab_command(*, baseline: str | None, candidate: str | None, fixture: str,
     sys.exit(1 if outcome.regressed else 0)
 
 
-def _calibrate(fixture: str, slowdown: float, budget_s: float, seed: int | None,
-               log_dir: Path | None) -> None:
+def _calibrate(fixture: str, metrics: tuple[str, ...], *, slowdown: float, budget_s: float,
+               seed: int | None, log_dir: Path | None) -> None:
     def said(design: str, check: DesignCheck) -> None:
         verdict = "keeps it" if check.keeps or design == "sequential" else "does NOT keep it"
-        click.echo(f"{design:11}  measured {check.design_effect:+.1%} slower over "
-                   f"{check.pairs} pairs, {check.share:.0%} of the solo effect: {verdict}",
-                   err=True)
+        click.echo(f"{check.metric:10}  {design:11}  measured {check.design_effect:+.1%} "
+                   f"worse over {check.pairs} pairs, {check.share:.0%} of the solo effect: "
+                   f"{verdict}", err=True)
 
+    chosen = metrics or tuple(CALIBRATING_KINDS)
     model = modelgen.ensure_fixtures().model(fixture)
-    click.echo(f"calibrating the A/B designs on this runner: a {slowdown:.0%} decode "
-               f"slowdown, {fixture} fixture (results: {validation_path(cache_root())})",
-               err=True)
+    click.echo(f"calibrating the A/B designs on this runner: {', '.join(chosen)} made "
+               f"{slowdown:.0%} worse, {fixture} fixture "
+               f"(record: {validation_path(cache_root())})", err=True)
     done = calibrate_designs(cache_root(), model, fixture, slowdown=slowdown,
-                             budget_s=budget_s, seed=seed, on_design=said, log_dir=log_dir)
-    trusted = [d for d in DESIGNS if "decode_tps" in validated_metrics(d, ("decode_tps",),
-                                                                       done.record)]
-    click.echo(f"wait {done.wait_us} us per token; validated for decode_tps: "
-               f"{', '.join(trusted)}; recorded in {done.path}")
+                             budget_s=budget_s, metrics=chosen, seed=seed, on_design=said,
+                             log_dir=log_dir)
+    for metric in chosen:
+        trusted = [d for d in DESIGNS
+                   if metric in validated_metrics(d, (metric,), done.record)]
+        click.echo(f"{metric}: injected {done.amounts[metric]} "
+                   f"({CALIBRATING_KINDS[metric]}); validated: {', '.join(trusted)}")
+    click.echo(f"recorded in {done.path}")
