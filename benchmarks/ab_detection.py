@@ -175,9 +175,13 @@ def main() -> None:
         pinned = Arm("baseline", binary=ensure_build(cache, BuildRequest()).binary)
         slowed = Arm("candidate", binary=ensure_slowed_build(cache).binary)
         model = modelgen.ensure_fixtures().model("bench")
-        settings = AbSettings(model=model, fixture="bench", rule=rule, design=args.design)
+        # The design's own verdicts, as measured: every metric counts as validated here,
+        # since this benchmark is what shows (or not) that a design sees a change.
+        settings = AbSettings(model=model, fixture="bench", rule=rule, design=args.design,
+                              validated=frozenset(AB_METRICS))
         decode_only = AbSettings(model=model, fixture="bench", rule=rule,
-                                 design=args.design, metrics=("decode_tps",))
+                                 design=args.design, metrics=("decode_tps",),
+                                 validated=frozenset(AB_METRICS))
         plain = dict(os.environ)
         plain.pop(SLOW_DECODE_ENV, None)
         cases: list[tuple[str, Arm, AbSettings, dict[str, str], int, int]] = [
