@@ -32,7 +32,8 @@ def test_one_line_per_field_and_reason_with_its_count() -> None:
 @pytest.mark.server
 def test_the_plan_forwarding_suite_sums_up_what_it_left_out(tmp_path: Path) -> None:
     """Two card flag-set tests on one xdist worker (the summary is the controller's, from
-    the worker's reports, sent across as for any -n) on the CPU build: one section with each field once."""
+    the worker's reports, sent across as for any -n) on the CPU build: one section with
+    each field once."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     results = tmp_path / "results"
     done = subprocess.run(
