@@ -24,10 +24,12 @@ from harness.ab.validation import (
     earn_unchanged,
     effect,
     keeps_effect,
+    record_for,
     record_from_json,
     validated_metrics,
 )
 from harness.errors import ConfigError
+from harness.facts.build import Backend
 
 
 def test_a_sequential_pair_runs_one_arm_after_the_other_on_one_half() -> None:
@@ -131,3 +133,13 @@ def test_each_calibrated_metric_has_a_kind_sized_to_the_asked_change() -> None:
     assert amount_for("first-token", 0.10, 20.0) == 2222
     with pytest.raises(ConfigError):
         amount_for("prompt", 0.10, 0.0)
+
+
+def test_a_cpu_calibration_is_never_used_for_gpu_builds() -> None:
+    record = _record((DUET, "decode_tps", 0.10))
+    assert record_for(record, [Backend.CPU, Backend.CPU]) is record
+    for other in (Backend.CUDA, Backend.ROCM, Backend.VULKAN, None):
+        assert record_for(record, [Backend.CPU, other]) is None
+    # So auto on two CUDA builds stays sequential: one server on the GPU at a time.
+    assert auto_design(("decode_tps",), record_for(record, [Backend.CUDA, Backend.CUDA]),
+                       host_processes=True) == SEQUENTIAL

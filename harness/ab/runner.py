@@ -40,6 +40,7 @@ from harness.ab.design import (
 from harness.ab.validation import earn_unchanged, validated_metrics
 from harness.client import ServerClient, shared_pool
 from harness.errors import ConfigError
+from harness.facts.build import Backend
 from harness.perf.keys import DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS, DEFAULT_REPETITIONS
 from harness.perf.measure import measure_speed, prompt_ids
 from harness.planning.launch import LaunchSpec
@@ -64,6 +65,8 @@ class Arm:
     label: str
     binary: Path | None = None
     image: str | None = None
+    #: The build's backend where its record says (a bare image name does not).
+    backend: Backend | None = None
 
     def describe(self) -> str:
         return str(self.binary) if self.binary is not None else f"image {self.image}"

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from harness.ab.decision import AbVerdict, MetricDecision
 from harness.ab.design import DESIGNS, DUET, INTERLEAVED, SEQUENTIAL
+from harness.facts.build import Backend
 
 #: A design keeps effect sizes when its measured effect is within this share of the
 #: sequential design's: 0.2 is ±20 % (a true 10 % slowdown measured as 8 to 12 %).
@@ -94,6 +95,15 @@ def validated_metrics(design: str, metrics: Sequence[str],
     if record is None:
         return frozenset()
     return record.validated(design) & frozenset(metrics)
+
+
+def record_for(record: ValidationRecord | None,
+               backends: Sequence[Backend | None]) -> ValidationRecord | None:
+    """The record a comparison of builds of ``backends`` may use: the calibration injects
+    its change into CPU builds, so it says nothing of a GPU; GPU builds (or images whose
+    backend is not known) trust the sequential design alone, never running two servers on
+    one GPU at once."""
+    return record if all(backend is Backend.CPU for backend in backends) else None
 
 
 def auto_design(metrics: Sequence[str], record: ValidationRecord | None,

@@ -27,7 +27,7 @@ from harness.ab.design_check import (
 )
 from harness.ab.report import outcome_json, record_json, table
 from harness.ab.runner import AB_METRICS, AbProgress, AbSettings, Arm, run_ab
-from harness.ab.validation import DesignCheck, auto_design, validated_metrics
+from harness.ab.validation import DesignCheck, auto_design, record_for, validated_metrics
 from harness.builds.under_test import resolve_named_build
 from harness.errors import ConfigError, HarnessError
 from harness.files import write_json_atomic
@@ -49,8 +49,8 @@ def resolve_arm(name: str, option: str) -> Arm:
         raise ConfigError(f"{exc}; or name a Docker image the engine has") from exc
     image = build.info.image if build.info is not None else None
     if not build.binary.is_file() and image:
-        return Arm(label=option.strip("-"), image=image)
-    return Arm(label=option.strip("-"), binary=build.binary)
+        return Arm(label=option.strip("-"), image=image, backend=build.backend)
+    return Arm(label=option.strip("-"), binary=build.binary, backend=build.backend)
 
 
 def _is_image(name: str) -> bool:
@@ -142,7 +142,7 @@ def ab_command(*, baseline: str | None, candidate: str | None, fixture: str,
                                    "--calibrate-design)")
         arms = resolve_arm(baseline, "--baseline"), resolve_arm(candidate, "--candidate")
         chosen = metrics or AB_METRICS
-        record = load_validation(cache_root())
+        record = record_for(load_validation(cache_root()), [arm.backend for arm in arms])
         if design == AUTO:
             design = auto_design(chosen, record, all(a.binary is not None for a in arms))
         model = modelgen.ensure_fixtures().model(fixture)
