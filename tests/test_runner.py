@@ -102,8 +102,11 @@ def test_a_missing_binary_is_named(tmp_path: Path) -> None:
 
 
 _HOLDER = textwrap.dedent("""
-    import sys, time
+    import signal, sys, time
     from pathlib import Path
+    # Ctrl-C as a terminal delivers it: a shell that started this run in the background
+    # (`cmd &`, nohup) hands its children SIGINT ignored, and Python keeps it ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from harness.planning.launch import LaunchSpec
     from harness.runners.subprocess_runner import SubprocessRunner
     runner = SubprocessRunner(Path(sys.argv[1]), Path(sys.argv[3]))
