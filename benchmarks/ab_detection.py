@@ -34,7 +34,8 @@ from typing import Any
 
 from harness import modelgen
 from harness.ab.decision import AbRule, AbVerdict, resampled_false_alarm_rate
-from harness.ab.design import DESIGNS, DUET, paired_values
+from harness.ab.design import DESIGNS, DUET
+from harness.ab.design_check import measured_effect
 from harness.ab.report import outcome_json
 from harness.ab.runner import AB_METRICS, AbSettings, Arm, run_ab
 from harness.ab.stats import wilson_interval
@@ -221,8 +222,7 @@ def _measure_slowdown(pinned: Arm, slowed: Arm, settings: AbSettings, plain: dic
     probe = replace(settings, rule=replace(settings.rule, budget_s=20.0), metrics=("decode_tps",))
     outcome = run_ab(pinned, slowed, probe,
                      env={"baseline": plain, "candidate": {**plain, SLOW_DECODE_ENV: str(wait)}})
-    baseline, candidate = paired_values(outcome.samples, "decode_tps")
-    return 1 - statistics.median(c / b for b, c in zip(baseline, candidate, strict=True))
+    return measured_effect(outcome, "decode_tps")
 
 
 def _wait_for(entries: list[dict[str, Any]], fraction: float, *, pinned: Arm, slowed: Arm,

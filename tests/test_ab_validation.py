@@ -65,7 +65,8 @@ def test_an_unearned_unchanged_is_unknown_with_the_reason_and_nothing_else_moves
                  _decision("load_s", AbVerdict.UNCHANGED),
                  _decision("ttft_ms", AbVerdict.REGRESSED),
                  _decision("prompt_tps", AbVerdict.IMPROVED))
-    earned = earn_unchanged(decisions, DUET, frozenset({"load_s"}), "calibrate it")
+    earned = [earn_unchanged(d, DUET, frozenset({"load_s"}), "calibrate it")
+              for d in decisions]
     assert [d.verdict for d in earned] == [AbVerdict.UNKNOWN, AbVerdict.UNCHANGED,
                                            AbVerdict.REGRESSED, AbVerdict.IMPROVED]
     reason = earned[0].reason

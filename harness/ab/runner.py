@@ -53,9 +53,6 @@ from harness.runners.subprocess_runner import SubprocessRunner
 AB_METRICS = ("decode_tps", "prompt_tps", "ttft_ms", "load_s")
 #: Tokens of the greedy completion whose text is a deterministic counter.
 GREEDY_TOKENS = 16
-#: What an unearned "unchanged" tells the user to do.
-CALIBRATE_HINT = ("validate it with `harness ab --calibrate-design`, or use --design "
-                  "sequential (the default without a validation)")
 
 
 @dataclass(frozen=True)
@@ -271,8 +268,7 @@ def _run(baseline: Arm, candidate: Arm, settings: AbSettings, *,
             decision = decide_metric(metric, *paired_values(samples, metric), settings.rule)
             # An unearned "unchanged" is unknown: not final, so measuring goes on and a
             # real change the design compresses can still show as regressed.
-            (decision,) = earn_unchanged((decision,), settings.design, settings.earned(),
-                                         CALIBRATE_HINT)
+            decision = earn_unchanged(decision, settings.design, settings.earned())
             current[metric] = decision
             if decision.verdict is not AbVerdict.UNKNOWN:
                 frozen[metric] = decision

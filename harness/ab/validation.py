@@ -118,18 +118,20 @@ def auto_design(metrics: Sequence[str], record: ValidationRecord | None,
     return SEQUENTIAL
 
 
-def earn_unchanged(decisions: Sequence[MetricDecision], design: str,
-                   validated: frozenset[str], calibrate_hint: str) -> tuple[MetricDecision, ...]:
-    """``decisions`` with every unearned "unchanged" turned "unknown", saying why."""
-    return tuple(
-        dataclasses.replace(
-            decision, verdict=AbVerdict.UNKNOWN,
-            reason=(f"the interval lies in the band, but the {design} design was not "
-                    f"shown to see a change of {decision.metric} on this runner; "
-                    f"{calibrate_hint}"))
-        if decision.verdict is AbVerdict.UNCHANGED and decision.metric not in validated
-        else decision
-        for decision in decisions)
+#: What an unearned "unchanged" tells the user to do.
+CALIBRATE_HINT = ("validate it with `harness ab --calibrate-design`, or use --design "
+                  "sequential (the default without a validation)")
+
+
+def earn_unchanged(decision: MetricDecision, design: str, validated: frozenset[str],
+                   hint: str = CALIBRATE_HINT) -> MetricDecision:
+    """``decision``, or "unknown" saying why when it is an unearned "unchanged"."""
+    if decision.verdict is not AbVerdict.UNCHANGED or decision.metric in validated:
+        return decision
+    return dataclasses.replace(
+        decision, verdict=AbVerdict.UNKNOWN,
+        reason=(f"the interval lies in the band, but the {design} design was not shown to "
+                f"see a change of {decision.metric} on this runner; {hint}"))
 
 
 def record_from_json(body: Mapping[str, object]) -> ValidationRecord:

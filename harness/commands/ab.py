@@ -17,7 +17,7 @@ from docker.errors import DockerException
 
 from harness import modelgen
 from harness.ab.decision import AbRule
-from harness.ab.design import DESIGNS
+from harness.ab.design import DESIGNS, SEQUENTIAL
 from harness.ab.design_check import (
     CALIBRATING_KINDS,
     DEFAULT_SLOWDOWN,
@@ -171,7 +171,7 @@ def ab_command(*, baseline: str | None, candidate: str | None, fixture: str,
 def _calibrate(fixture: str, metrics: tuple[str, ...], *, slowdown: float, budget_s: float,
                seed: int | None, log_dir: Path | None) -> None:
     def said(design: str, check: DesignCheck) -> None:
-        verdict = "keeps it" if check.keeps or design == "sequential" else "does NOT keep it"
+        verdict = "keeps it" if check.keeps or design == SEQUENTIAL else "does NOT keep it"
         click.echo(f"{check.metric:10}  {design:11}  measured {check.design_effect:+.1%} "
                    f"worse over {check.pairs} pairs, {check.share:.0%} of the solo effect: "
                    f"{verdict}", err=True)
