@@ -193,6 +193,10 @@ def test_single_file_report_opens_from_disk(tmp_path: Path, browser: Browser) ->
     assert not (report.output_dir / "data").exists()  # everything is inlined
     suites, statuses = _truth(results)
     page = browser.new_page(viewport={"width": 1400, "height": 1000}, locale="en-US")
+    # The one-file report inlines every script and result: beside the parallel run's
+    # servers on 2 cores Chromium took over the 30 s default to parse it (twice in
+    # fresh-clone CI runs here). The wait is for the page; what it must show is unchanged.
+    page.set_default_timeout(90_000)
     page.goto(report.index_html.as_uri())
     assert _shown_suites(page) == suites
     assert _shown_counts(page) == {"total": sum(statuses.values()), **statuses}
