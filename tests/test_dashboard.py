@@ -20,7 +20,7 @@ import pytest
 from playwright.sync_api import Browser
 from results_fixtures import CPU_BOX, at, fig, figure_key, make_run
 from service_helpers import no_report
-from test_report_browser import NO_CHROMIUM, keep_screenshot, launch_chromium
+from test_report_browser import NO_CHROMIUM, keep_screenshot, launch_chromium, local_page
 
 from harness.plugin.required import skip_unless_present
 from harness.results.rules import FigureStatus
@@ -105,7 +105,7 @@ def test_chromium_draws_one_point_per_stored_run_each_linking_to_its_report(
         answer = httpx.get(f"{base}/dashboard?{query}", timeout=60)
         assert answer.status_code == 200
         assert answer.headers["content-security-policy"] == PAGE_CSP
-        page = browser.new_page()
+        page, watch = local_page(browser)
         page.goto(f"{base}/dashboard")
         assert page.locator("table tr").count() == 3  # the header and two pairs
         page.click(f"text={BRANCH}")
@@ -132,4 +132,5 @@ def test_chromium_draws_one_point_per_stored_run_each_linking_to_its_report(
         for number in range(len(titles)):
             assert page.locator(f"svg g[id='points-{number}'] use").count() == len(stored)
         assert page.locator("script").count() == 0
+        assert watch.off_host == []
         page.close()

@@ -44,6 +44,7 @@ from harness.report.allure_meta import (
     write_environment,
 )
 from harness.report.history_ids import case_id, migrate_history_point
+from harness.report.offline import external_script_sources
 from harness.report.staging import repair_history
 from harness.supervise.supervisor import LaunchFailedError
 from harness.verdicts.failure import FailureClass, StartFailure, classify_start_failure
@@ -344,6 +345,9 @@ def test_report_of_a_real_run(tiny_results: Path, tmp_path: Path) -> None:
     assert report.tests == FIRST_RUN["total"]
     assert report.index_html == tmp_path / "report" / "index.html"
     assert report.index_html.is_file()
+    # Allure writes an analytics loader into every page; the harness takes it out.
+    assert external_script_sources(report.index_html.read_text()) == []
+    assert "gtag(" not in report.index_html.read_text()
     summary = json.loads((report.output_dir / "summary.json").read_text())
     assert {k: summary["stats"].get(k) for k in FIRST_RUN} == FIRST_RUN
     tests = _report_tests(report.output_dir)

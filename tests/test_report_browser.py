@@ -19,13 +19,16 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import allure
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page, Route, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from results_fixtures import make_run
 from test_report import run_tiny_suite
 
@@ -104,6 +107,48 @@ def launch_chromium() -> Iterator[Browser]:
         chromium.close()
 
 
+#: Where a page under test may fetch from: its own file, inline data, and loopback.
+LOCAL_SCHEMES = frozenset({"file", "data", "blob", "about", "chrome-error"})
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
+
+
+@dataclass
+class PageWatch:
+    """What a page did besides rendering: requests off this machine (aborted, never
+    sent), console errors, uncaught exceptions, a renderer crash."""
+
+    off_host: list[str] = field(default_factory=list)
+    console_errors: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    crashed: bool = False
+
+    def story(self) -> str:
+        return (f"renderer crashed: {self.crashed}; uncaught: {self.page_errors[-5:]}; "
+                f"console errors: {self.console_errors[-5:]}; blocked: {self.off_host}")
+
+
+def local_page(browser: Browser, **options: Any) -> tuple[Page, PageWatch]:
+    """A new page that reaches nothing but this machine: a request to any other host is
+    aborted before it leaves and recorded, so a test can say the report asked for none."""
+    page = browser.new_page(**options)
+    watch = PageWatch()
+
+    def guard(route: Route) -> None:
+        url = urlsplit(route.request.url)
+        if url.scheme in LOCAL_SCHEMES or url.hostname in LOOPBACK_HOSTS:
+            route.continue_()
+        else:
+            watch.off_host.append(route.request.url)
+            route.abort("blockedbyclient")
+
+    page.route("**/*", guard)
+    page.on("console", lambda message: watch.console_errors.append(message.text)
+            if message.type == "error" else None)
+    page.on("pageerror", lambda error: watch.page_errors.append(str(error)))
+    page.on("crash", lambda _: setattr(watch, "crashed", True))
+    return page, watch
+
+
 def _shown_counts(page: Page) -> dict[str, int]:
     """The status counts in the report header, once the app has rendered them."""
     page.wait_for_selector('[data-testid="metadata-item-total"]')
@@ -168,7 +213,7 @@ def test_report_renders_counts_suites_and_trend(
     assert statuses == {"passed": 2, "failed": 2, "skipped": 1}  # the run really differed
     expected = {"total": sum(statuses.values()), **statuses}
 
-    page = browser.new_page(viewport={"width": 1400, "height": 1000}, locale="en-US")
+    page, watch = local_page(browser, viewport={"width": 1400, "height": 1000}, locale="en-US")
     url = serve(output)
     page.goto(url)
     # The harness plugin adds the hardware as the parent suite above the two modules.
@@ -185,6 +230,7 @@ def test_report_renders_counts_suites_and_trend(
     trend = tmp_path / "allure-report-trend.png"
     page.screenshot(path=str(trend), full_page=True)
     _keep_screenshot(trend, "report trend screenshot")
+    assert watch.off_host == []  # the report asks nothing of another host
 
 
 def test_single_file_report_opens_from_disk(tmp_path: Path, browser: Browser) -> None:
@@ -192,14 +238,27 @@ def test_single_file_report_opens_from_disk(tmp_path: Path, browser: Browser) ->
     report = generate_report(results, tmp_path / "single", single_file=True)
     assert not (report.output_dir / "data").exists()  # everything is inlined
     suites, statuses = _truth(results)
-    page = browser.new_page(viewport={"width": 1400, "height": 1000}, locale="en-US")
-    # The one-file report inlines every script and result: beside the parallel run's
-    # servers on 2 cores Chromium took over the 30 s default to parse it (twice in
-    # fresh-clone CI runs here). The wait is for the page; what it must show is unchanged.
-    page.set_default_timeout(90_000)
-    page.goto(report.index_html.as_uri())
-    assert _shown_suites(page) == suites
-    assert _shown_counts(page) == {"total": sum(statuses.values()), **statuses}
+    # The page renders in 2 to 10 s here even beside two builds. Twice in CI it never
+    # rendered within 90 s (no log of why was kept), so a page that shows nothing in
+    # 45 s is reported with what it did (crash, errors, blocked requests) and the file is
+    # opened once more in a fresh page; what it must show is checked in full either way.
+    for attempt in (1, 2):
+        page, watch = local_page(browser, viewport={"width": 1400, "height": 1000},
+                                 locale="en-US")
+        page.set_default_timeout(45_000)
+        try:
+            page.goto(report.index_html.as_uri())
+            shown = _shown_suites(page)
+        except PlaywrightTimeout:
+            if attempt == 2:
+                pytest.fail(f"the one-file report did not render twice: {watch.story()}")
+            print(f"the one-file report did not render in 45 s, opened again: {watch.story()}")
+            page.close()
+            continue
+        assert shown == suites
+        assert _shown_counts(page) == {"total": sum(statuses.values()), **statuses}
+        assert watch.off_host == []
+        break
 
 
 def _attach_html(results: Path) -> str:
@@ -244,7 +303,8 @@ def test_the_report_works_in_chromium_when_served_by_the_service(
         assert served.headers["content-security-policy"] == "sandbox"
         assert served.headers["content-disposition"] == "attachment"
 
-        page = browser.new_page(viewport={"width": 1400, "height": 1000}, locale="en-US")
+        page, watch = local_page(browser, viewport={"width": 1400, "height": 1000},
+                                 locale="en-US")
         page.goto(f"{url}/runs/browser-1/report/")
         assert _shown_suites(page) == suites
         assert _shown_counts(page) == {"total": sum(statuses.values()), **statuses}
@@ -254,3 +314,4 @@ def test_the_report_works_in_chromium_when_served_by_the_service(
         assert "<p>hi</p>" in fetched
         assert page.evaluate("() => window.pwned === undefined")
         keep_screenshot(page, tmp_path / "service-report.png", "report served by the service")
+        assert watch.off_host == []

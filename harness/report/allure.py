@@ -7,7 +7,8 @@ The config is generated per run (``allurerc.json`` in a temporary folder, never 
 checkout): the Awesome report, the harness's failure categories, and ``historyPath`` —
 a JSON-lines file outside the report folder that Allure reads for the trend and appends
 this run to, so each report shows the runs before it. ``single_file`` makes Awesome
-inline everything into one ``index.html`` that opens from ``file://``.
+inline everything into one ``index.html`` that opens from ``file://``. Allure's analytics
+tags are taken out of the pages before the report is put in place (``offline.py``).
 
 Allure reads a staged copy of the results (``staging.py``), so one corrupt file costs
 only itself, and writes into a fresh folder that replaces the old report only once the
@@ -43,6 +44,7 @@ from harness.errors import HarnessError, ToolMissingError
 from harness.report.allure_cli import allure_command
 from harness.report.allure_meta import categories_json
 from harness.report.global_attachments import GlobalAttachment, write_global_attachments
+from harness.report.offline import untrack_report
 from harness.report.staging import HistoryUnreadableError, repair_history, stage_results
 
 DEFAULT_REPORT_NAME = "llama-server regression harness"
@@ -131,6 +133,7 @@ def generate_report(results_dir: Path, output_dir: Path, *, history_path: Path |
             if not (new_dir / "index.html").is_file():
                 raise ReportError(f"Allure exited 0 but wrote no index.html; its output:\n"
                                   f"{_tail(output)}")
+            untrack_report(new_dir)  # no analytics request from a regression report
             _replace(output_dir, new_dir)
         finally:
             shutil.rmtree(new_dir, ignore_errors=True)
