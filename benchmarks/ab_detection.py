@@ -1,21 +1,35 @@
-"""How good is ``harness ab`` on this machine? False alarms, detection, time to decide.
+"""How good is ``harness ab`` on this machine, per kind of slowdown and per design,
+against ground truth measured solo?
 
-    .venv/bin/python benchmarks/ab_detection.py [--aa 60] [--slowdowns 0.10,0.05]
-        [--ab 30] [--log ab-detection.jsonl] [--design duet] [--budget-s 180]
+    .venv/bin/python benchmarks/ab_detection.py [--kinds all] [--levels 0.10]
+        [--designs sequential,interleaved,duet] [--decisions sequential=20,duet=6,...]
+        [--aa 0] [--log ab-detection.jsonl] [--budget-s 180] [--deadline-s S]
+        [--report-only]
 
-(a) A/A: the pinned CPU build as both arms, ``--aa`` decisions; a false alarm is a
-    metric judged ``regressed``. Printed per metric with its Wilson 95 % interval, and
-    for each metric also the rate estimated by resampling all recorded A/A pairs.
-(b) A/B: the pinned build against the slowed build (harness/builds/slowed.py: a busy
-    wait after each sampled token, its length from HARNESS_SLOW_DECODE_US) at each
-    ``--slowdowns`` fraction, ``--ab`` decisions each; the wait is computed from the
-    baseline's measured decode speed, and the true slowdown is measured from the
-    decisions' own paired samples (median candidate/baseline decode ratio).
+For each kind of slowdown the slowed build carries (harness/builds/slowed.py SLOWDOWNS)
+and each level (a fraction: 0.10 is 10 % worse on the metric the kind moves):
 
-Every decision is appended to ``--log`` (JSONL) as soon as it is made, so a run that
-is stopped resumes where it left off; the figures are printed from the whole log.
-Targets: <= 1 % false alarms, >= 95 % detection of 10 %, >= 80 % of 5 %, median
-decision <= 90 s per metric.
+1. **Sizing, solo.** The kind's amount is sized on the sequential design — one server
+   at a time, both arms pinned to the same half of the cores with the same threads,
+   order and half by coin flips, fresh servers — never on a design under test: a first
+   guess from the baseline's own figure, then corrected in proportion to the effect
+   each probe measured. A kind with a fixed amount (``threads``) is measured as it is.
+2. **Decisions.** ``harness ab``'s rule decides the kind's metric with each design
+   (every metric counted as validated, so a design's own "unchanged" shows: that is
+   what this benchmark exists to catch). Every start still measures every metric, and
+   each decision's pairs are judged for every metric afterwards: the metrics a change
+   was attributed to.
+3. **Truth.** The kind's true size at a level is the median candidate/baseline ratio
+   of every sequential pair measured at that amount (its sizing probe and its sequential
+   decisions) — the solo measurement. Each design's measured effect (the median of its
+   own pairs) is printed beside it as a ratio: 1.0 keeps the size, below 1 compresses.
+
+``--aa N`` adds N A/A decisions per design (the pinned build as both arms): false alarms.
+Every probe and decision is appended to ``--log`` (JSONL) when made, so a stopped run
+resumes; decisions go round robin over the cells (kind, level, design), so a run cut
+short by ``--deadline-s`` has figures for each. The table is printed from the whole log.
+Targets: detection >= 95 % at a true 10 %, >= 80 % at 5 %; false alarms <= 1 %; median
+decision <= 90 s.
 """
 
 from __future__ import annotations
@@ -25,33 +39,41 @@ import json
 import math
 import os
 import statistics
-import tempfile
 import time
-from collections.abc import Iterator
-from dataclasses import replace
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from harness import modelgen
-from harness.ab.decision import AbRule, AbVerdict, resampled_false_alarm_rate
-from harness.ab.design import DESIGNS, DUET
-from harness.ab.design_check import measured_effect
+from harness.ab.decision import AbRule, AbVerdict, decide_metric
+from harness.ab.design import DESIGNS, SEQUENTIAL
+from harness.ab.design_check import amount_for
 from harness.ab.report import outcome_json
 from harness.ab.runner import AB_METRICS, AbSettings, Arm, run_ab
 from harness.ab.stats import wilson_interval
+from harness.ab.validation import effect
 from harness.builds.resolve import ensure_build
-from harness.builds.slowed import SLOW_DECODE_ENV, ensure_slowed_build, wait_for_slowdown
+from harness.builds.slowed import SLOWDOWN_BY_NAME, SLOWDOWNS, ensure_slowed_build, slowdown_env
 from harness.paths import cache_root
-from harness.perf.keys import DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS, DEFAULT_REPETITIONS
-from harness.perf.measure import measure_speed
 from harness.planning.build_plan import BuildRequest
-from harness.planning.launch import LaunchSpec
-from harness.results.run_record import METRICS
-from harness.runners.subprocess_runner import SubprocessRunner
+from harness.results.run_record import METRICS, Direction
 
-TARGET_FALSE_ALARMS = 0.01
 TARGET_DETECTION = {0.10: 0.95, 0.05: 0.80}
+TARGET_FALSE_ALARMS = 0.01
 TARGET_DECISION_S = 90.0
+DEFAULT_DECISIONS = {SEQUENTIAL: 20, "interleaved": 6, "duet": 6}
+#: A sizing probe is close enough within this share of the level (10 % at 0.10: 9-11 %).
+SIZE_TOLERANCE = 0.15
+#: Each sizing probe: one sequential comparison of the kind's metric, at most this long.
+PROBE_BUDGET_S = 40.0
+#: Kinds whose amount is not a size: measured at this amount, whatever the level.
+FIXED_AMOUNTS = {"threads": 2}
+
+
+def _higher_is_better(metric: str) -> bool:
+    return METRICS[metric].direction is Direction.HIGHER_IS_BETTER
 
 
 def _entries(log: Path) -> list[dict[str, Any]]:
@@ -62,220 +84,284 @@ def _entries(log: Path) -> list[dict[str, Any]]:
         try:
             found.append(json.loads(line))
         except ValueError:
-            continue  # a line cut by a kill: that decision is made again
+            continue  # a line cut by a kill: that step is made again
     return found
 
 
-def _decide(baseline: Arm, candidate: Arm, settings: AbSettings,
-            env: dict[str, dict[str, str]]) -> dict[str, Any]:
-    outcome = run_ab(baseline, candidate, settings, env=env)
-    body = outcome_json(outcome)
-    return {"verdicts": {m["metric"]: m["verdict"] for m in body["metrics"]},
-            "decided_after_s": {m["metric"]: m["decided_after_s"] for m in body["metrics"]},
-            "elapsed_s": body["elapsed_s"], "seed": body["seed"],
-            "pairs": {m["metric"]: m["pairs"] for m in body["metrics"]},
-            "samples": [{"arm": s["arm"], "pair": s["pair"], "values": s["values"]}
-                        for s in body["samples"]]}
+def _pairs_by_metric(body: dict[str, Any]) -> dict[str, list[tuple[float, float]]]:
+    """Each metric's (baseline, candidate) pairs of one comparison's JSON samples."""
+    by_pair: dict[int, dict[str, dict[str, float]]] = {}
+    for sample in body["samples"]:
+        by_pair.setdefault(sample["pair"], {})[sample["arm"]] = sample["values"]
+    pairs: dict[str, list[tuple[float, float]]] = {}
+    for arms in by_pair.values():
+        if {"baseline", "candidate"} <= set(arms):
+            for metric in AB_METRICS:
+                if metric in arms["baseline"] and metric in arms["candidate"]:
+                    pairs.setdefault(metric, []).append(
+                        (arms["baseline"][metric], arms["candidate"][metric]))
+    return pairs
 
 
-def _pairs(entries: list[dict[str, Any]], metric: str) -> Iterator[tuple[float, float]]:
+def _median_effect(pairs: Iterable[tuple[float, float]], metric: str) -> float | None:
+    ratios = [c / b for b, c in pairs]
+    if not ratios:
+        return None
+    return effect(statistics.median(ratios), _higher_is_better(metric))
+
+
+def _attribution(pairs: dict[str, list[tuple[float, float]]], rule: AbRule) -> dict[str, str]:
+    """Every metric judged on the decision's pairs: where the change shows."""
+    found = {}
+    for metric, metric_pairs in pairs.items():
+        baseline = [b for b, _ in metric_pairs]
+        candidate = [c for _, c in metric_pairs]
+        found[metric] = decide_metric(metric, baseline, candidate, rule).verdict.value
+    return found
+
+
+@dataclass(frozen=True)
+class Cell:
+    kind: str  # a SLOWDOWNS name, or "aa"
+    level: float
+    design: str
+
+    @property
+    def metric(self) -> str:
+        return "decode_tps" if self.kind == "aa" else SLOWDOWN_BY_NAME[self.kind].moves
+
+
+class Bench:
+    """The arms, the fixture and the log: every measurement this benchmark makes."""
+
+    def __init__(self, log: Path, budget_s: float) -> None:
+        cache = cache_root()
+        self.pinned = Arm("baseline", binary=ensure_build(cache, BuildRequest()).binary)
+        self.slowed = Arm("candidate", binary=ensure_slowed_build(cache).binary)
+        self.model = modelgen.ensure_fixtures().model("bench")
+        self.rule = AbRule(budget_s=budget_s)
+        self.plain = {k: v for k, v in os.environ.items()
+                      if k not in {kind.env for kind in SLOWDOWNS}}
+        self.log = log
+        self.entries = _entries(log)
+        self._baseline: dict[str, float] | None = None
+
+    def _append(self, entry: dict[str, Any]) -> None:
+        with self.log.open("a") as out:
+            out.write(json.dumps(entry) + "\n")
+        self.entries.append(entry)
+
+    def compare(self, kind: str, amount: int, design: str, metric: str,
+                budget_s: float | None = None) -> dict[str, Any]:
+        """One comparison deciding ``metric``; every metric's pairs are kept."""
+        rule = self.rule if budget_s is None else replace(self.rule, budget_s=budget_s)
+        settings = AbSettings(model=self.model, fixture="bench", rule=rule, design=design,
+                              metrics=(metric,), validated=frozenset(AB_METRICS))
+        if kind == "aa":
+            candidate, env = replace(self.pinned, label="candidate"), self.plain
+        else:
+            candidate = self.slowed
+            env = slowdown_env(SLOWDOWN_BY_NAME[kind], amount, self.plain)
+        body = outcome_json(run_ab(self.pinned, candidate, settings,
+                                   env={"baseline": self.plain, "candidate": env}))
+        decided = body["metrics"][0]
+        pairs = _pairs_by_metric(body)
+        return {"verdict": decided["verdict"], "decided_after_s": decided["decided_after_s"],
+                "elapsed_s": body["elapsed_s"], "seed": body["seed"],
+                "effect": _median_effect(pairs.get(metric, []), metric),
+                "attribution": _attribution(pairs, self.rule),
+                "pairs": {m: p for m, p in pairs.items()}}
+
+    def baseline_figures(self) -> dict[str, float]:
+        """The pinned build's medians under the sequential design (one A/A block)."""
+        if self._baseline is None:
+            logged = [e for e in self.entries if e["case"] == "baseline"]
+            if logged:
+                self._baseline = logged[-1]["figures"]
+            else:
+                probe = self.compare("aa", 0, SEQUENTIAL, "decode_tps", budget_s=1.0)
+                figures = {m: statistics.median(b for b, _ in p)
+                           for m, p in probe["pairs"].items()}
+                self._append({"case": "baseline", "figures": figures})
+                self._baseline = figures
+        return self._baseline
+
+    def size(self, kind: str, level: float) -> int:
+        """The amount of ``kind`` that makes its metric ``level`` worse, sized solo."""
+        sized = [e for e in self.entries if e["case"] == "sized" and e["kind"] == kind
+                 and e["level"] == level]
+        if sized:
+            return int(sized[-1]["amount"])
+        metric = SLOWDOWN_BY_NAME[kind].moves
+        if kind in FIXED_AMOUNTS:
+            amount = FIXED_AMOUNTS[kind]
+            self._probe(kind, level, amount, metric)
+        else:
+            amount = self._first_guess(kind, level)
+            tried: list[tuple[int, float]] = []
+            for _ in range(5):
+                measured = self._probe(kind, level, amount, metric)
+                tried.append((amount, measured))
+                if abs(measured - level) <= SIZE_TOLERANCE * level:
+                    break
+                # Each kind's cost grows about linearly with its amount: correct in
+                # proportion, at most 4x a step (a tiny measured effect is mostly noise).
+                scale = min(4.0, max(0.25, level / max(measured, 1e-3)))
+                amount = max(1, round(amount * scale))
+                if any(amount == a for a, _ in tried):
+                    break  # an integer amount that cannot get closer (memory: MiB)
+            amount = min(tried, key=lambda t: abs(t[1] - level))[0]
+        self._append({"case": "sized", "kind": kind, "level": level, "amount": amount})
+        return amount
+
+    def _probe(self, kind: str, level: float, amount: int, metric: str) -> float:
+        result = self.compare(kind, amount, SEQUENTIAL, metric, budget_s=PROBE_BUDGET_S)
+        self._append({"case": "probe", "kind": kind, "level": level, "amount": amount,
+                      **result})
+        measured = result["effect"] if result["effect"] is not None else 0.0
+        print(f"sizing {kind} at {level:.0%}: amount {amount} -> solo effect "
+              f"{measured:.1%} on {metric}", flush=True)
+        return float(measured)
+
+    def _first_guess(self, kind: str, level: float) -> int:
+        figures = self.baseline_figures()
+        if kind in ("decode-wait", "prompt", "first-token"):
+            metric = SLOWDOWN_BY_NAME[kind].moves
+            return amount_for(kind, level, figures[metric])
+        token_s = 1.0 / figures["decode_tps"]
+        extra_s = token_s * level / (1.0 - level)
+        if kind == "memory":  # MiB written a token, at about 5 GB/s from one core
+            return max(1, round(extra_s * 5e9 / 2**20))
+        # matmul: dependent multiply-adds (~1.3 ns each) over ~40 mul_mats a token.
+        return max(1, round(extra_s / 40 / 1.3e-9))
+
+    def decide(self, cell: Cell) -> dict[str, Any]:
+        amount = 0 if cell.kind == "aa" else self.size(cell.kind, cell.level)
+        started = time.monotonic()
+        result = self.compare(cell.kind, amount, cell.design, cell.metric)
+        entry = {"case": "decision", "kind": cell.kind, "level": cell.level,
+                 "design": cell.design, "amount": amount, "metric": cell.metric, **result}
+        self._append(entry)
+        measured = "none" if result["effect"] is None else f"{result['effect']:.1%}"
+        print(f"{cell.kind} {cell.level:.0%} {cell.design}: {result['verdict']} (effect "
+              f"{measured}) in {time.monotonic() - started:.0f} s", flush=True)
+        return entry
+
+
+def _decisions(entries: list[dict[str, Any]], cell: Cell) -> list[dict[str, Any]]:
+    return [e for e in entries if e["case"] == "decision" and e["kind"] == cell.kind
+            and e["level"] == cell.level and e["design"] == cell.design]
+
+
+def _solo_pairs(entries: list[dict[str, Any]], kind: str, level: float, amount: int,
+                metric: str) -> Iterator[tuple[float, float]]:
+    """Every sequential pair of ``metric`` at ``amount``: probes and decisions alike."""
     for entry in entries:
-        by_pair: dict[int, dict[str, float]] = {}
-        for sample in entry["samples"]:
-            if metric in sample["values"]:
-                by_pair.setdefault(sample["pair"], {})[sample["arm"]] = (
-                    sample["values"][metric])
-        for arms in by_pair.values():
-            if len(arms) == 2:
-                yield arms["baseline"], arms["candidate"]
+        if (entry["case"] in ("probe", "decision") and entry["kind"] == kind
+                and entry["level"] == level and entry["amount"] == amount
+                and entry.get("design", SEQUENTIAL) == SEQUENTIAL):
+            yield from (tuple(p) for p in entry["pairs"].get(metric, []))
 
 
 def _rate(hits: int, total: int) -> str:
     if total == 0:
-        return "no decisions"
+        return "none"
     low, high = wilson_interval(hits, total)
-    return f"{hits}/{total} = {hits / total:.1%} (95 % CI {low:.1%} to {high:.1%})"
+    return f"{hits}/{total} ({low:.0%} to {high:.0%})"
 
 
-def _median_decision(entries: list[dict[str, Any]], metric: str) -> str:
-    times = [e["decided_after_s"][metric] for e in entries
-             if e["decided_after_s"].get(metric) is not None]
-    undecided = len(entries) - len(times)
-    if not times:
-        return f"none decided ({undecided} unknown)"
-    return f"{statistics.median(times):.0f} s median ({undecided} of {len(entries)} unknown)"
+def _median_time(entries: list[dict[str, Any]]) -> str:
+    times = [e["decided_after_s"] for e in entries if e["decided_after_s"] is not None]
+    return f"{statistics.median(times):.0f} s" if times else "—"
 
 
-def _report(entries: list[dict[str, Any]], rule: AbRule, slowdowns: list[float]) -> None:
-    aa = [e for e in entries if e["case"] == "aa"]
-    print(f"\nA/A: {len(aa)} decisions (target false alarms <= {TARGET_FALSE_ALARMS:.0%})")
-    for metric in AB_METRICS:
-        hits = sum(e["verdicts"].get(metric) == AbVerdict.REGRESSED for e in aa)
-        unknown = sum(e["verdicts"].get(metric) == AbVerdict.UNKNOWN for e in aa)
-        print(f"  {metric:11} false alarms {_rate(hits, len(aa))}; unknown {unknown}; "
-              f"decision {_median_decision(aa, metric)}")
-    pairs = list(_pairs(aa, "decode_tps"))
-    if len(pairs) > 2:
-        spread = statistics.stdev(math.log(c / b) for b, c in pairs)
-        seconds = sum(e["elapsed_s"] for e in aa) / len(pairs)
-        # The interval's width at a fixed budget goes as spread * sqrt(seconds per pair):
-        # the design with the smaller product decides sooner.
-        print(f"  decode_tps pairs: log-ratio spread {spread:.2%}, {seconds:.1f} s per pair, "
-              f"spread x sqrt(s per pair) {spread * math.sqrt(seconds):.4f} "
-              f"(design {aa[0].get('design', '?')})")
-    for metric in AB_METRICS:
-        recorded = list(_pairs(aa, metric))
-        if len(recorded) < rule.min_pairs:
-            continue
-        per_decision = int(statistics.median(e["pairs"][metric] for e in aa))
-        per_decision = max(per_decision, rule.min_pairs)
-        # Judged as the gate judges: after every block, with the metric's floor.
-        rate = resampled_false_alarm_rate(
-            recorded, rule, METRICS[metric].direction, trials=4000,
-            pairs_per_decision=per_decision, seed=1, sequential=True,
-            min_change=METRICS[metric].min_change)
-        print(f"  {metric:11} false alarms by resampling {len(recorded)} recorded pairs "
-              f"({per_decision} per decision, looks every {rule.pairs_per_block}, 4000 "
-              f"draws): {rate:.2%}")
-    for fraction in slowdowns:
-        case = [e for e in entries if e["case"] == f"ab-{fraction:g}"]
-        if not case:
-            continue
-        ratios = [c / b for b, c in _pairs(case, "decode_tps")]
-        true = 1 - statistics.median(ratios) if ratios else float("nan")
-        hits = sum(e["verdicts"].get("decode_tps") == AbVerdict.REGRESSED for e in case)
-        target = TARGET_DETECTION.get(fraction)
-        print(f"\nA/B at {fraction:.0%} target slowdown (wait {case[0]['wait_us']} us/token): "
-              f"true decode slowdown {true:.1%} (median of {len(ratios)} pairs)")
-        print(f"  decode_tps detection {_rate(hits, len(case))}"
-              + (f" (target >= {target:.0%})" if target else ""))
-        print(f"  decode_tps decision {_median_decision(case, 'decode_tps')} "
-              f"(target <= {TARGET_DECISION_S:.0f} s)")
+def report(entries: list[dict[str, Any]]) -> None:
+    """The markdown table of the whole log: one row per kind, level and design."""
+    cells = sorted({Cell(e["kind"], e["level"], e["design"]) for e in entries
+                    if e["case"] == "decision"},
+                   key=lambda c: (c.kind == "aa", c.kind, -c.level, DESIGNS.index(c.design)))
+    print("\n| kind | level | amount | true (solo) | design | decisions | regressed "
+          "(95 %) | unchanged | measured / true | attributed to | decision (median) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for cell in cells:
+        done = _decisions(entries, cell)
+        amount = done[0]["amount"]
+        verdicts = Counter(e["verdict"] for e in done)
+        pairs = [tuple(p) for e in done for p in e["pairs"].get(cell.metric, [])]
+        measured = _median_effect(pairs, cell.metric)
+        if cell.kind == "aa":
+            truth_text, ratio_text = "0", "—"
+        else:
+            truth = _median_effect(
+                _solo_pairs(entries, cell.kind, cell.level, amount, cell.metric), cell.metric)
+            truth_text = f"{truth:.1%}" if truth is not None else "—"
+            ratio_text = (f"{measured / truth:.2f}" if truth and measured is not None
+                          and truth > 0 else "—")
+        attributed = Counter(metric for e in done for metric, verdict in
+                             e["attribution"].items() if verdict == AbVerdict.REGRESSED.value)
+        attributed_text = ", ".join(f"{m} {n}/{len(done)}" for m, n in
+                                    attributed.most_common()) or "none"
+        print(f"| {cell.kind} | {cell.level:.0%} | {amount} | {truth_text} | {cell.design} | "
+              f"{len(done)} | {_rate(verdicts['regressed'], len(done))} | "
+              f"{verdicts['unchanged']} | {ratio_text} | {attributed_text} | "
+              f"{_median_time(done)} |")
+    print(f"\nTargets: regressed >= {TARGET_DETECTION[0.10]:.0%} at a true 10 %, >= "
+          f"{TARGET_DETECTION[0.05]:.0%} at 5 %; A/A regressed <= {TARGET_FALSE_ALARMS:.0%};"
+          f" median decision <= {TARGET_DECISION_S:.0f} s. 'measured / true': the design's "
+          "median pair effect over the solo one.")
+
+
+def _counts(text: str) -> dict[str, int]:
+    counts = dict(DEFAULT_DECISIONS)
+    for item in filter(None, text.split(",")):
+        design, _, number = item.partition("=")
+        if design not in DESIGNS:
+            raise SystemExit(f"--decisions: {design!r} is not one of {', '.join(DESIGNS)}")
+        counts[design] = int(number)
+    return counts
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--aa", type=int, default=60)
-    parser.add_argument("--ab", type=int, default=30)
-    parser.add_argument("--slowdowns", default="0.10,0.05")
+    parser.add_argument("--kinds", default="all",
+                        help=f"comma-separated, of {', '.join(k.name for k in SLOWDOWNS)}")
+    parser.add_argument("--levels", default="0.10")
+    parser.add_argument("--designs", default=",".join(DESIGNS))
+    parser.add_argument("--decisions", default="", metavar="DESIGN=N,...",
+                        help=f"decisions per cell by design (default {DEFAULT_DECISIONS})")
+    parser.add_argument("--aa", type=int, default=0, help="A/A decisions per design")
     parser.add_argument("--log", type=Path, default=Path("ab-detection.jsonl"))
-    parser.add_argument("--design", choices=DESIGNS, default=DUET)
     parser.add_argument("--budget-s", type=float, default=AbRule().budget_s)
-    parser.add_argument("--wait", action="append", default=[], metavar="FRACTION=US",
-                        help="use this wait for that slowdown instead of calibrating one "
-                             "(repeatable), e.g. 0.10=245")
-    parser.add_argument("--report-only", action="store_true",
-                        help="print the figures of the log without deciding more")
+    parser.add_argument("--deadline-s", type=float, default=math.inf,
+                        help="start no decision after this many seconds")
+    parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args()
-    slowdowns = [float(part) for part in args.slowdowns.split(",") if part]
-    fixed_waits = {float(f): int(us) for f, us in (item.split("=") for item in args.wait)}
-    rule = AbRule(budget_s=args.budget_s)
-    entries = _entries(args.log)
-    if not args.report_only:
-        cache = cache_root()
-        pinned = Arm("baseline", binary=ensure_build(cache, BuildRequest()).binary)
-        slowed = Arm("candidate", binary=ensure_slowed_build(cache).binary)
-        model = modelgen.ensure_fixtures().model("bench")
-        # The design's own verdicts, as measured: every metric counts as validated here,
-        # since this benchmark is what shows (or not) that a design sees a change.
-        settings = AbSettings(model=model, fixture="bench", rule=rule, design=args.design,
-                              validated=frozenset(AB_METRICS))
-        decode_only = AbSettings(model=model, fixture="bench", rule=rule,
-                                 design=args.design, metrics=("decode_tps",),
-                                 validated=frozenset(AB_METRICS))
-        plain = dict(os.environ)
-        plain.pop(SLOW_DECODE_ENV, None)
-        cases: list[tuple[str, Arm, AbSettings, dict[str, str], int, int]] = [
-            ("aa", Arm("candidate", binary=pinned.binary), settings, plain, 0, args.aa)]
-        for fraction in slowdowns:
-            wait = fixed_waits.get(fraction) or _wait_for(
-                entries, fraction, pinned=pinned, slowed=slowed, settings=decode_only,
-                plain=plain)
-            cases.append((f"ab-{fraction:g}", slowed, decode_only,
-                          {**plain, SLOW_DECODE_ENV: str(wait)}, wait, args.ab))
-        # Round robin over the cases, so a run stopped early has figures for each.
-        with args.log.open("a") as log:
-            while True:
-                pending = [case for case in cases
-                           if sum(e["case"] == case[0] for e in entries) < case[5]]
-                if not pending:
-                    break
-                for name, candidate, case_settings, env, wait, wanted in pending:
-                    started = time.monotonic()
-                    entry = {"case": name, "wait_us": wait, "design": args.design,
-                             **_decide(pinned, candidate, case_settings,
-                                       {"baseline": plain, "candidate": env})}
-                    log.write(json.dumps(entry) + "\n")
-                    log.flush()
-                    entries.append(entry)
-                    done = sum(e["case"] == name for e in entries)
-                    print(f"{name} {done}/{wanted}: {entry['verdicts']} in "
-                          f"{time.monotonic() - started:.0f} s", flush=True)
-    logged = sorted({float(e["case"][3:]) for e in entries if e["case"].startswith("ab-")},
-                    reverse=True)
-    _report(entries, rule, logged)
-
-
-def _measure_slowdown(pinned: Arm, slowed: Arm, settings: AbSettings, plain: dict[str, str],
-                      wait: int) -> float:
-    """1 - the median paired decode ratio of the slowed build with ``wait``, ~20 s."""
-    probe = replace(settings, rule=replace(settings.rule, budget_s=20.0), metrics=("decode_tps",))
-    outcome = run_ab(pinned, slowed, probe,
-                     env={"baseline": plain, "candidate": {**plain, SLOW_DECODE_ENV: str(wait)}})
-    return measured_effect(outcome, "decode_tps")
-
-
-def _wait_for(entries: list[dict[str, Any]], fraction: float, *, pinned: Arm, slowed: Arm,
-              settings: AbSettings, plain: dict[str, str]) -> int:
-    """The wait (µs per token) that slows decode by ``fraction`` under this design.
-
-    Measured, not computed: under the duet design a short wait costs far less than its
-    share of a token's time (measured here: 119 µs, 6 % of a token at 530 tokens/s,
-    slowed decode by about 1 %; 250 µs by 6 %), so the formula's wait is only the first
-    guess and each guess is corrected by the slowdown it measured. A log that already
-    has decisions for ``fraction`` keeps their wait.
-    """
-    logged = [e["wait_us"] for e in entries if e["case"] == f"ab-{fraction:g}"]
-    if logged:
-        return int(logged[0])
-    wait = wait_for_slowdown(fraction, _measure_decode(pinned, settings.model))
-    tried: list[tuple[int, float]] = []
-    for _ in range(6):
-        measured = _measure_slowdown(pinned, slowed, settings, plain, wait)
-        print(f"calibrating {fraction:.0%}: wait {wait} us -> measured slowdown "
-              f"{measured:.1%}", flush=True)
-        tried.append((wait, measured))
-        if abs(measured - fraction) < fraction * 0.15:
+    kinds = ([k.name for k in SLOWDOWNS] if args.kinds == "all"
+             else [k for k in args.kinds.split(",") if k])
+    unknown = sorted(set(kinds) - set(SLOWDOWN_BY_NAME))
+    if unknown:
+        raise SystemExit(f"--kinds: unknown {', '.join(unknown)}")
+    designs = [d for d in args.designs.split(",") if d]
+    counts = _counts(args.decisions)
+    if args.report_only:
+        report(_entries(args.log))
+        return
+    bench = Bench(args.log, args.budget_s)
+    cells = [Cell(kind, float(level), design) for level in args.levels.split(",")
+             for kind in kinds for design in designs]
+    cells += [Cell("aa", 0.0, design) for design in designs if args.aa]
+    wanted = {cell: (args.aa if cell.kind == "aa" else counts[cell.design]) for cell in cells}
+    started = time.monotonic()
+    # Round robin, so a run stopped early has figures for every cell.
+    while time.monotonic() - started < args.deadline_s:
+        pending = [c for c in cells if len(_decisions(bench.entries, c)) < wanted[c]]
+        if not pending:
             break
-        below = [t for t in tried if t[1] < fraction]
-        above = [t for t in tried if t[1] >= fraction]
-        if below and above:
-            # Bracketed: interpolate between the nearest waits on either side.
-            (w0, s0), (w1, s1) = max(below), min(above)
-            wait = round(w0 + (w1 - w0) * (fraction - s0) / max(s1 - s0, 1e-6))
-        else:
-            wait = wait * 2 if not above else max(1, wait // 2)
-    return min(tried, key=lambda t: abs(t[1] - fraction))[0]
-
-
-def _measure_decode(pinned: Arm, model: Path) -> float:
-    """The pinned build's decode speed now: median of 5 fresh servers (after 2 warm-ups)."""
-    assert pinned.binary is not None
-    with tempfile.TemporaryDirectory(prefix="ab-detection-") as logs:
-        runner = SubprocessRunner(pinned.binary, Path(logs))
-        speeds = []
-        for _ in range(7):
-            server = runner.start(LaunchSpec(model=model, ctx_size=512))
-            try:
-                speed = measure_speed(server.base_url, DEFAULT_PROMPT_TOKENS,
-                                      DEFAULT_GEN_TOKENS, DEFAULT_REPETITIONS).decode_tps
-            finally:
-                server.stop()
-            if speed is not None:
-                speeds.append(speed)
-    tps = statistics.median(speeds[2:])
-    print(f"pinned build decode speed: {tps:.0f} tokens/s (median of {len(speeds) - 2})")
-    return tps
+        for cell in pending:
+            if time.monotonic() - started >= args.deadline_s:
+                break
+            bench.decide(cell)
+    report(bench.entries)
 
 
 if __name__ == "__main__":
