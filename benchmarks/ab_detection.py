@@ -68,8 +68,10 @@ DEFAULT_DECISIONS = {SEQUENTIAL: 20, "interleaved": 6, "duet": 6}
 SIZE_TOLERANCE = 0.15
 #: Each sizing probe: one sequential comparison of the kind's metric, at most this long.
 PROBE_BUDGET_S = 40.0
-#: Kinds whose amount is not a size: measured at this amount, whatever the level.
-FIXED_AMOUNTS = {"threads": 2}
+#: Kinds whose amount is not a size: measured at this amount, whatever the level. A
+#: build that ignores ``--threads`` shows only where it uses more threads than a design
+#: gives (interleaved gives every core): twice the cores is more than any design gives.
+FIXED_AMOUNTS = {"threads": 2 * len(os.sched_getaffinity(0))}
 
 
 def _higher_is_better(metric: str) -> bool:
