@@ -3,8 +3,8 @@
 Allure 3's Awesome plugin writes a Google Analytics loader into every ``index.html``
 (``plugin-awesome/dist/generators.js``: ``analyticsEnable`` is hard-wired to true, and
 no setting or variable turns it off). Opened on a GPU runner with no way out, the page
-then waits on a request that never ends; opened anywhere else, it tells a third party
-that a report was viewed, with the report's id and the Allure version. Neither belongs
+asks for a script it cannot get; opened anywhere else, it tells a third party that a
+report was viewed, with the report's id and the Allure version. Neither belongs
 in a regression report, so the harness removes the two tags after Allure wrote them:
 the external ``gtag.js`` loader and the inline script that configures it.
 
