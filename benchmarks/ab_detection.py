@@ -172,7 +172,7 @@ class Bench:
                 "elapsed_s": body["elapsed_s"], "seed": body["seed"],
                 "effect": _median_effect(pairs.get(metric, []), metric),
                 "attribution": _attribution(pairs, self.rule),
-                "pairs": {m: p for m, p in pairs.items()}}
+                "pairs": pairs}
 
     def baseline_figures(self) -> dict[str, float]:
         """The pinned build's medians under the sequential design (one A/A block)."""

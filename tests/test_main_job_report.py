@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import test_report_browser as report_browser
 from playwright.sync_api import Browser, Page
-from test_report_browser import _shown_suites, keep_screenshot, local_page, trend_of
+from test_report_browser import REPORT_VIEW, _shown_suites, keep_screenshot, local_page, trend_of
 
 from harness.probes.hardware import detect_hardware
 from harness.results.store import open_store
@@ -69,7 +69,7 @@ def test_main_job_ends_with_a_report_whose_trend_shows_the_previous_run(
     statuses = Counter(json.loads(p.read_text())["status"]
                        for p in (tmp_path / "results").glob("*-result.json"))
     assert statuses["passed"] > 0
-    page, watch = local_page(browser, viewport={"width": 1400, "height": 1000}, locale="en-US")
+    page, watch = local_page(browser, **REPORT_VIEW)
     url = serve(tmp_path / "report")
     page.goto(url)
     assert _shown_suites(page) == {detect_hardware().describe()}

@@ -346,8 +346,9 @@ def test_report_of_a_real_run(tiny_results: Path, tmp_path: Path) -> None:
     assert report.index_html == tmp_path / "report" / "index.html"
     assert report.index_html.is_file()
     # Allure writes an analytics loader into every page; the harness takes it out.
-    assert external_script_sources(report.index_html.read_text()) == []
-    assert "gtag(" not in report.index_html.read_text()
+    page = report.index_html.read_text()
+    assert external_script_sources(page) == []
+    assert "gtag(" not in page
     summary = json.loads((report.output_dir / "summary.json").read_text())
     assert {k: summary["stats"].get(k) for k in FIRST_RUN} == FIRST_RUN
     tests = _report_tests(report.output_dir)

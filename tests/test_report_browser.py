@@ -110,6 +110,9 @@ def launch_chromium() -> Iterator[Browser]:
 #: Where a page under test may fetch from: its own file, inline data, and loopback.
 LOCAL_SCHEMES = frozenset({"file", "data", "blob", "about", "chrome-error"})
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
+#: The window every report is read in: wide enough for the tree beside a result, and
+#: English, so dates and labels read as the tests expect.
+REPORT_VIEW: dict[str, Any] = {"viewport": {"width": 1400, "height": 1000}, "locale": "en-US"}
 
 
 @dataclass
@@ -213,7 +216,7 @@ def test_report_renders_counts_suites_and_trend(
     assert statuses == {"passed": 2, "failed": 2, "skipped": 1}  # the run really differed
     expected = {"total": sum(statuses.values()), **statuses}
 
-    page, watch = local_page(browser, viewport={"width": 1400, "height": 1000}, locale="en-US")
+    page, watch = local_page(browser, **REPORT_VIEW)
     url = serve(output)
     page.goto(url)
     # The harness plugin adds the hardware as the parent suite above the two modules.
@@ -238,13 +241,13 @@ def test_single_file_report_opens_from_disk(tmp_path: Path, browser: Browser) ->
     report = generate_report(results, tmp_path / "single", single_file=True)
     assert not (report.output_dir / "data").exists()  # everything is inlined
     suites, statuses = _truth(results)
-    # The page renders in 2 to 10 s here even beside two builds. Twice in CI it never
-    # rendered within 90 s (no log of why was kept), so a page that shows nothing in
+    # The page renders in 2 to 10 s here even beside two builds. In CI it failed to
+    # render within the 30 s default twice and within 90 s once (no log of why was
+    # kept), so a page that shows nothing in
     # 45 s is reported with what it did (crash, errors, blocked requests) and the file is
     # opened once more in a fresh page; what it must show is checked in full either way.
     for attempt in (1, 2):
-        page, watch = local_page(browser, viewport={"width": 1400, "height": 1000},
-                                 locale="en-US")
+        page, watch = local_page(browser, **REPORT_VIEW)
         page.set_default_timeout(45_000)
         try:
             page.goto(report.index_html.as_uri())
@@ -303,8 +306,7 @@ def test_the_report_works_in_chromium_when_served_by_the_service(
         assert served.headers["content-security-policy"] == "sandbox"
         assert served.headers["content-disposition"] == "attachment"
 
-        page, watch = local_page(browser, viewport={"width": 1400, "height": 1000},
-                                 locale="en-US")
+        page, watch = local_page(browser, **REPORT_VIEW)
         page.goto(f"{url}/runs/browser-1/report/")
         assert _shown_suites(page) == suites
         assert _shown_counts(page) == {"total": sum(statuses.values()), **statuses}
