@@ -12,6 +12,15 @@ python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
 command -v npm >/dev/null || missing+=(nodejs npm)
 # GNU patch applies the slowed build's patch (harness/builds/slowed.py: A/B tests).
 command -v patch >/dev/null || missing+=(patch)
+# ccache lets builds of nearby sources share objects (harness/builds/compiler_cache.py:
+# the slowed build recompiles 3 files, not 400). Optional: without root it is only named.
+if ! command -v ccache >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    missing+=(ccache)
+  else
+    echo "setup: no ccache; builds compile every file (apt-get install ccache)" >&2
+  fi
+fi
 if ((${#missing[@]})); then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "setup: installing ${missing[*]}" >&2

@@ -6,6 +6,7 @@ hit, the lock and the failure report can be tested without a 5-minute build.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.builds.compiler_cache import CCACHE_ENV, NO_CCACHE_FLAG, SOURCE_LINK
 from harness.builds.native import build_server, cached_build
 from harness.builds.source import local_source
 from harness.errors import BuildError
@@ -92,3 +94,44 @@ def test_concurrent_builders_build_once(tmp_path: Path, fake_tree: Path) -> None
     assert all(worker.returncode == 0 for worker in workers)
     assert len(keys) == 1
     assert counter.read_text().count("configured") == 1
+
+
+def _ccache_counts(cache: Path) -> dict[str, int]:
+    proc = subprocess.run(["ccache", "--print-stats"], capture_output=True, text=True,
+                          check=True, env={**os.environ, "CCACHE_DIR": str(cache / "ccache")})
+    counts = dict(line.split("\t", 1) for line in proc.stdout.splitlines() if "\t" in line)
+    hits = int(counts.get("direct_cache_hit", 0)) + int(counts.get("preprocessed_cache_hit", 0))
+    return {"hits": hits, "misses": int(counts.get("cache_miss", 0))}
+
+
+@pytest.mark.skipif(shutil.which("ccache") is None,
+                    reason="ccache is not installed (scripts/setup.sh installs it as root)")
+def test_a_tree_that_differs_in_one_file_compiles_only_that_file(
+        tmp_path: Path, fake_tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two source trees at different paths share ccache's objects (the slowed build and
+    the pinned one; two commits of a bisection): the unchanged file is a hit."""
+    monkeypatch.delenv(CCACHE_ENV, raising=False)
+    monkeypatch.delenv("CCACHE_DIR", raising=False)
+    (fake_tree / "tools" / "server" / "shared.c").write_text("int shared(void) { return 7; }\n")
+    other = tmp_path / "elsewhere" / "llama.cpp"
+    shutil.copytree(fake_tree, other)
+    with (other / "tools" / "server" / "server.c").open("a") as changed:
+        changed.write("\nint changed_here(void) { return 1; }\n")
+    cache = tmp_path / "cache"
+    first = build_server(cache, local_source(fake_tree), BuildRequest(), jobs=1)
+    assert _ccache_counts(cache) == {"hits": 0, "misses": 2}
+    second = build_server(cache, local_source(other), BuildRequest(), jobs=1)
+    assert second.info.key != first.info.key
+    assert _ccache_counts(cache) == {"hits": 1, "misses": 3}
+    assert (second.directory / SOURCE_LINK).resolve() == other.resolve()
+    assert second.binary.is_file()
+
+
+def test_without_a_compiler_cache_nothing_is_cached_or_linked(
+        tmp_path: Path, fake_tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CCACHE_ENV, "0")
+    built = build_server(tmp_path / "cache", local_source(fake_tree), BuildRequest(), jobs=1)
+    assert built.binary.is_file()
+    assert not (built.directory / SOURCE_LINK).exists()
+    assert not (tmp_path / "cache" / "ccache").exists()
+    assert NO_CCACHE_FLAG in (built.directory / "build.log").read_text()

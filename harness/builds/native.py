@@ -26,6 +26,12 @@ from typing import TextIO
 from filelock import FileLock
 
 from harness.builds.capabilities import parse_capabilities
+from harness.builds.compiler_cache import (
+    NO_CCACHE_FLAG,
+    CompilerCache,
+    compiler_cache,
+    linked_source,
+)
 from harness.builds.source import SourceTree
 from harness.data_schema import load_json, schema_file
 from harness.errors import BuildError
@@ -124,7 +130,7 @@ def build_server(
         if hit:
             return hit
         started = time.monotonic()
-        binary = _compile(directory, source, request, tools,
+        binary = _compile(directory, source, request, tools, compiler_cache(cache),
                           jobs=jobs or os.cpu_count() or 1, progress=progress)
         info = BuildInfo(
             key=key,
@@ -167,7 +173,7 @@ def configure_tree(tree: Path, source: SourceTree, request: BuildRequest,
                    tools: NativeToolchain, log_path: Path) -> list[str]:
     """Run only CMake's configure (and generate) step of ``request`` into ``tree``, logged
     to ``log_path``; returns the argv. BuildError with the log's tail when it fails."""
-    _drop_tree_of_other_generator(tree, tools.toolchain.generator)
+    _drop_stale_tree(tree, tools.toolchain.generator, source.path)
     argv = configure_argv(tools.toolchain.cmake, str(source.path), str(tree),
                           tools.toolchain.generator, request, toolchain_flags=tools.flags)
     with log_path.open("w", encoding="utf-8", buffering=1) as log:
@@ -178,13 +184,21 @@ def configure_tree(tree: Path, source: SourceTree, request: BuildRequest,
 
 
 def _compile(directory: Path, source: SourceTree, request: BuildRequest,
-             tools: NativeToolchain, *, jobs: int, progress: ProgressCallback | None) -> Path:
+             tools: NativeToolchain, ccache: CompilerCache | None, *, jobs: int,
+             progress: ProgressCallback | None) -> Path:
     tree = directory / "cmake-build"
-    _drop_tree_of_other_generator(tree, tools.toolchain.generator)
+    if ccache is None:
+        cmake_source, flags, env = source.path, (*tools.flags, NO_CCACHE_FLAG), None
+    else:
+        # The same relative path to the source from every build: hits across trees.
+        cmake_source = linked_source(directory, source.path)
+        flags = (*tools.flags, *ccache.cmake_flags(request.backend))
+        env = ccache.environment(os.environ)
+    _drop_stale_tree(tree, tools.toolchain.generator, cmake_source)
     log_path = directory / "build.log"
     steps = [
-        configure_argv(tools.toolchain.cmake, str(source.path), str(tree),
-                       tools.toolchain.generator, request, toolchain_flags=tools.flags),
+        configure_argv(tools.toolchain.cmake, str(cmake_source), str(tree),
+                       tools.toolchain.generator, request, toolchain_flags=flags),
         build_argv(tools.toolchain.cmake, str(tree), jobs),
     ]
     # Line-buffered so `tail -f build.log` follows a running build.
@@ -192,7 +206,7 @@ def _compile(directory: Path, source: SourceTree, request: BuildRequest,
         for argv in steps:
             log.write("$ " + " ".join(argv) + "\n")
             log.flush()
-            _run_logged(argv, log, log_path, progress)
+            _run_logged(argv, log, log_path, progress, env)
     built = tree / "bin" / SERVER_TARGET
     if not built.is_file():
         raise BuildError(f"the build finished but {built} is missing; see {log_path}")
@@ -203,10 +217,10 @@ def _compile(directory: Path, source: SourceTree, request: BuildRequest,
 
 
 def _run_logged(argv: list[str], log: TextIO, log_path: Path,
-                progress: ProgressCallback | None) -> None:
+                progress: ProgressCallback | None, env: dict[str, str] | None = None) -> None:
     tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace")
+                            errors="replace", env=env)
     assert proc.stdout is not None
     try:
         for line in proc.stdout:
@@ -237,12 +251,15 @@ def progress_fraction(line: str) -> float | None:
     return None
 
 
-def _drop_tree_of_other_generator(tree: Path, generator: str) -> None:
-    # CMake refuses to reuse a tree configured with another generator (make vs ninja).
+def _drop_stale_tree(tree: Path, generator: str, source: Path) -> None:
+    # CMake refuses to reuse a tree configured with another generator (make vs ninja) or
+    # from another source path (a build left half done before or after a compiler cache).
     cache_file = tree / "CMakeCache.txt"
-    if cache_file.is_file() and f"CMAKE_GENERATOR:INTERNAL={generator}\n" not in (
-        cache_file.read_text(errors="replace")
-    ):
+    if not cache_file.is_file():
+        return
+    text = cache_file.read_text(errors="replace")
+    if (f"CMAKE_GENERATOR:INTERNAL={generator}\n" not in text
+            or f"CMAKE_HOME_DIRECTORY:INTERNAL={source}\n" not in text):
         shutil.rmtree(tree)
 
 
