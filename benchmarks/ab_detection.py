@@ -3,8 +3,8 @@ against ground truth measured solo?
 
     .venv/bin/python benchmarks/ab_detection.py [--kinds all] [--levels 0.10]
         [--designs sequential,interleaved,duet] [--decisions sequential=20,duet=6,...]
-        [--aa 0] [--log ab-detection.jsonl] [--budget-s 180] [--deadline-s S]
-        [--report-only]
+        [--aa 0] [--n-prompt 32] [--log ab-detection.jsonl] [--budget-s 180]
+        [--deadline-s S] [--report-only]
 
 For each kind of slowdown the slowed build carries (harness/builds/slowed.py SLOWDOWNS)
 and each level (a fraction: 0.10 is 10 % worse on the metric the kind moves):
@@ -25,6 +25,10 @@ and each level (a fraction: 0.10 is 10 % worse on the metric the kind moves):
    own pairs) is printed beside it as a ratio: 1.0 keeps the size, below 1 compresses.
 
 ``--aa N`` adds N A/A decisions per design (the pinned build as both arms): false alarms.
+``--n-prompt N`` times requests with an N-token prompt (``harness ab --n-prompt``): on the
+32-token default ``ttft_ms`` is about 16 ms here, so a 10 % first-token change (1.6 ms)
+is under the metric's 5 ms floor; at 1024 tokens it is about 300 ms. Cells, sizes and
+truths are kept apart per prompt length.
 Every probe and decision is appended to ``--log`` (JSONL) when made, so a stopped run
 resumes; decisions go round robin over the cells (kind, level, design), so a run cut
 short by ``--deadline-s`` has figures for each. The table is printed from the whole log.
@@ -57,6 +61,7 @@ from harness.ab.validation import effect
 from harness.builds.resolve import ensure_build
 from harness.builds.slowed import SLOWDOWN_BY_NAME, SLOWDOWNS, ensure_slowed_build, slowdown_env
 from harness.paths import cache_root
+from harness.perf.keys import DEFAULT_PROMPT_TOKENS
 from harness.planning.build_plan import BuildRequest
 from harness.results.run_record import METRICS, Direction
 
@@ -127,6 +132,7 @@ class Cell:
     kind: str  # a SLOWDOWNS name, or "aa"
     level: float
     design: str
+    n_prompt: int = DEFAULT_PROMPT_TOKENS
 
     @property
     def metric(self) -> str:
@@ -136,12 +142,13 @@ class Cell:
 class Bench:
     """The arms, the fixture and the log: every measurement this benchmark makes."""
 
-    def __init__(self, log: Path, budget_s: float) -> None:
+    def __init__(self, log: Path, budget_s: float, n_prompt: int) -> None:
         cache = cache_root()
         self.pinned = Arm("baseline", binary=ensure_build(cache, BuildRequest()).binary)
         self.slowed = Arm("candidate", binary=ensure_slowed_build(cache).binary)
         self.model = modelgen.ensure_fixtures().model("bench")
         self.rule = AbRule(budget_s=budget_s)
+        self.n_prompt = n_prompt
         self.plain = {k: v for k, v in os.environ.items()
                       if k not in {kind.env for kind in SLOWDOWNS}}
         self.log = log
@@ -158,7 +165,8 @@ class Bench:
         """One comparison deciding ``metric``; every metric's pairs are kept."""
         rule = self.rule if budget_s is None else replace(self.rule, budget_s=budget_s)
         settings = AbSettings(model=self.model, fixture="bench", rule=rule, design=design,
-                              metrics=(metric,), validated=frozenset(AB_METRICS))
+                              metrics=(metric,), validated=frozenset(AB_METRICS),
+                              n_prompt=self.n_prompt)
         if kind == "aa":
             candidate, env = replace(self.pinned, label="candidate"), self.plain
         else:
@@ -168,8 +176,9 @@ class Bench:
                                    env={"baseline": self.plain, "candidate": env}))
         decided = body["metrics"][0]
         pairs = _pairs_by_metric(body)
-        return {"verdict": decided["verdict"], "decided_after_s": decided["decided_after_s"],
-                "elapsed_s": body["elapsed_s"], "seed": body["seed"],
+        return {"n_prompt": self.n_prompt, "verdict": decided["verdict"],
+                "decided_after_s": decided["decided_after_s"], "elapsed_s": body["elapsed_s"],
+                "seed": body["seed"],
                 "effect": _median_effect(pairs.get(metric, []), metric),
                 "attribution": _attribution(pairs, self.rule),
                 "pairs": pairs}
@@ -177,21 +186,23 @@ class Bench:
     def baseline_figures(self) -> dict[str, float]:
         """The pinned build's medians under the sequential design (one A/A block)."""
         if self._baseline is None:
-            logged = [e for e in self.entries if e["case"] == "baseline"]
+            logged = [e for e in self.entries
+                      if e["case"] == "baseline" and _prompt(e) == self.n_prompt]
             if logged:
                 self._baseline = logged[-1]["figures"]
             else:
                 probe = self.compare("aa", 0, SEQUENTIAL, "decode_tps", budget_s=1.0)
                 figures = {m: statistics.median(b for b, _ in p)
                            for m, p in probe["pairs"].items()}
-                self._append({"case": "baseline", "figures": figures})
+                self._append({"case": "baseline", "n_prompt": self.n_prompt,
+                              "figures": figures})
                 self._baseline = figures
         return self._baseline
 
     def size(self, kind: str, level: float) -> int:
         """The amount of ``kind`` that makes its metric ``level`` worse, sized solo."""
         sized = [e for e in self.entries if e["case"] == "sized" and e["kind"] == kind
-                 and e["level"] == level]
+                 and e["level"] == level and _prompt(e) == self.n_prompt]
         if sized:
             return int(sized[-1]["amount"])
         metric = SLOWDOWN_BY_NAME[kind].moves
@@ -213,7 +224,8 @@ class Bench:
                 if any(amount == a for a, _ in tried):
                     break  # an integer amount that cannot get closer (memory: MiB)
             amount = min(tried, key=lambda t: abs(t[1] - level))[0]
-        self._append({"case": "sized", "kind": kind, "level": level, "amount": amount})
+        self._append({"case": "sized", "kind": kind, "level": level, "amount": amount,
+                      "n_prompt": self.n_prompt})
         return amount
 
     def _probe(self, kind: str, level: float, amount: int, metric: str) -> float:
@@ -250,19 +262,26 @@ class Bench:
         return entry
 
 
+def _prompt(entry: dict[str, Any]) -> int:
+    """An entry's prompt length (entries logged before ``--n-prompt`` used the default)."""
+    return int(entry.get("n_prompt", DEFAULT_PROMPT_TOKENS))
+
+
 def _decisions(entries: list[dict[str, Any]], cell: Cell) -> list[dict[str, Any]]:
     return [e for e in entries if e["case"] == "decision" and e["kind"] == cell.kind
-            and e["level"] == cell.level and e["design"] == cell.design]
+            and e["level"] == cell.level and e["design"] == cell.design
+            and _prompt(e) == cell.n_prompt]
 
 
-def _solo_pairs(entries: list[dict[str, Any]], kind: str, level: float, amount: int,
-                metric: str) -> Iterator[tuple[float, float]]:
-    """Every sequential pair of ``metric`` at ``amount``: probes and decisions alike."""
+def _solo_pairs(entries: list[dict[str, Any]], cell: Cell,
+                amount: int) -> Iterator[tuple[float, float]]:
+    """Every sequential pair of the cell's metric at ``amount``: probes and decisions."""
     for entry in entries:
-        if (entry["case"] in ("probe", "decision") and entry["kind"] == kind
-                and entry["level"] == level and entry["amount"] == amount
+        if (entry["case"] in ("probe", "decision") and entry["kind"] == cell.kind
+                and entry["level"] == cell.level and entry["amount"] == amount
+                and _prompt(entry) == cell.n_prompt
                 and entry.get("design", SEQUENTIAL) == SEQUENTIAL):
-            yield from (tuple(p) for p in entry["pairs"].get(metric, []))
+            yield from (tuple(p) for p in entry["pairs"].get(cell.metric, []))
 
 
 def _rate(hits: int, total: int) -> str:
@@ -279,9 +298,10 @@ def _median_time(entries: list[dict[str, Any]]) -> str:
 
 def report(entries: list[dict[str, Any]]) -> None:
     """The markdown table of the whole log: one row per kind, level and design."""
-    cells = sorted({Cell(e["kind"], e["level"], e["design"]) for e in entries
+    cells = sorted({Cell(e["kind"], e["level"], e["design"], _prompt(e)) for e in entries
                     if e["case"] == "decision"},
-                   key=lambda c: (c.kind == "aa", c.kind, -c.level, DESIGNS.index(c.design)))
+                   key=lambda c: (c.kind == "aa", c.kind, c.n_prompt, -c.level,
+                                  DESIGNS.index(c.design)))
     print("\n| kind | level | amount | true (solo) | design | decisions | regressed "
           "(95 %) | unchanged | measured / true | attributed to | decision (median) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -294,8 +314,7 @@ def report(entries: list[dict[str, Any]]) -> None:
         if cell.kind == "aa":
             truth_text, ratio_text = "0", "—"
         else:
-            truth = _median_effect(
-                _solo_pairs(entries, cell.kind, cell.level, amount, cell.metric), cell.metric)
+            truth = _median_effect(_solo_pairs(entries, cell, amount), cell.metric)
             truth_text = f"{truth:.1%}" if truth is not None else "—"
             ratio_text = (f"{measured / truth:.2f}" if truth and measured is not None
                           and truth > 0 else "—")
@@ -303,7 +322,9 @@ def report(entries: list[dict[str, Any]]) -> None:
                              e["attribution"].items() if verdict == AbVerdict.REGRESSED.value)
         attributed_text = ", ".join(f"{m} {n}/{len(done)}" for m, n in
                                     attributed.most_common()) or "none"
-        print(f"| {cell.kind} | {cell.level:.0%} | {amount} | {truth_text} | {cell.design} | "
+        kind = (cell.kind if cell.n_prompt == DEFAULT_PROMPT_TOKENS
+                else f"{cell.kind} ({cell.n_prompt}-token prompt)")
+        print(f"| {kind} | {cell.level:.0%} | {amount} | {truth_text} | {cell.design} | "
               f"{len(done)} | {_rate(verdicts['regressed'], len(done))} | "
               f"{verdicts['unchanged']} | {ratio_text} | {attributed_text} | "
               f"{_median_time(done)} |")
@@ -332,6 +353,8 @@ def main() -> None:
     parser.add_argument("--decisions", default="", metavar="DESIGN=N,...",
                         help=f"decisions per cell by design (default {DEFAULT_DECISIONS})")
     parser.add_argument("--aa", type=int, default=0, help="A/A decisions per design")
+    parser.add_argument("--n-prompt", type=int, default=DEFAULT_PROMPT_TOKENS,
+                        help="prompt tokens of every timed request")
     parser.add_argument("--log", type=Path, default=Path("ab-detection.jsonl"))
     parser.add_argument("--budget-s", type=float, default=AbRule().budget_s)
     parser.add_argument("--deadline-s", type=float, default=math.inf,
@@ -348,10 +371,10 @@ def main() -> None:
     if args.report_only:
         report(_entries(args.log))
         return
-    bench = Bench(args.log, args.budget_s)
-    cells = [Cell(kind, float(level), design) for level in args.levels.split(",")
-             for kind in kinds for design in designs]
-    cells += [Cell("aa", 0.0, design) for design in designs if args.aa]
+    bench = Bench(args.log, args.budget_s, args.n_prompt)
+    cells = [Cell(kind, float(level), design, args.n_prompt)
+             for level in args.levels.split(",") for kind in kinds for design in designs]
+    cells += [Cell("aa", 0.0, design, args.n_prompt) for design in designs if args.aa]
     wanted = {cell: (args.aa if cell.kind == "aa" else counts[cell.design]) for cell in cells}
     started = time.monotonic()
     # Round robin, so a run stopped early has figures for every cell.

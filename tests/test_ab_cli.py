@@ -19,7 +19,13 @@ from results_fixtures import make_run
 
 from harness.ab.design_check import VALIDATION_ENV
 from harness.builds.container_build import pinned_source_image
-from harness.builds.slowed import SLOW_DECODE_ENV, ensure_slowed_build, wait_for_slowdown
+from harness.builds.slowed import (
+    SLOW_DECODE_ENV,
+    SLOWDOWN_BY_NAME,
+    ensure_slowed_build,
+    slowdown_env,
+    wait_for_slowdown,
+)
 from harness.builds.under_test import BuildUnderTest
 from harness.paths import cache_root
 from harness.planning.build_plan import BuildRequest
@@ -158,6 +164,27 @@ def test_a_slowed_candidate_is_a_regression_and_is_recorded(
     decode = ab["metrics"]["decode_tps"]
     assert decode["verdict"] == "regressed"
     assert decode["ci_high"] < 0.97
+
+
+@pytest.mark.server
+@pytest.mark.alone
+def test_a_longer_prompt_lifts_a_first_token_change_above_the_floor(
+        harness_build: BuildUnderTest) -> None:
+    """--n-prompt reaches the servers: ttft grows with the prompt (about 16 ms at the
+    32-token default, where a 10 % change is under the 5 ms floor), and a first-token
+    delay of about a fifth of it is regressed."""
+    slowed = ensure_slowed_build(cache_root()).binary
+    env = slowdown_env(SLOWDOWN_BY_NAME["first-token"], 30_000, dict(os.environ))
+    result = _ab("--baseline", str(harness_build.binary), "--candidate", str(slowed),
+                 "--metric", "ttft_ms", "--n-prompt", "512", "--budget-s", "90",
+                 "--design", "sequential", "--seed", "7", "--json", env=env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    body = json.loads(result.stdout)
+    assert body["metrics"][0]["verdict"] == "regressed"
+    baseline_ttft = [s["values"]["ttft_ms"] for s in body["samples"]
+                     if s["arm"] == "baseline"]
+    # 512 prompt tokens at a few thousand a second: far above the default's ~16 ms.
+    assert min(baseline_ttft) > 60, baseline_ttft
 
 
 @pytest.mark.server

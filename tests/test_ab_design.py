@@ -26,7 +26,7 @@ from harness.ab.design import (
     plan_block,
 )
 from harness.ab.report import outcome_json, record_json, table
-from harness.ab.runner import AbOutcome, AbSettings, Arm, run_ab
+from harness.ab.runner import AbOutcome, AbSettings, Arm, context_for, run_ab
 from harness.errors import ConfigError
 from harness.results.run_validation import parse_run_json
 
@@ -210,3 +210,14 @@ def test_a_changed_counter_is_reported_with_both_values(tmp_path: Path) -> None:
     assert body["counters"]["changed"] == [
         {"name": "kv_mib[CPU]", "baseline": "8.00", "candidate": "12.00"}]
     assert record_json(outcome)["counter_changes"] == body["counters"]["changed"]
+
+
+@pytest.mark.parametrize(("n_prompt", "n_gen", "context"),
+                         [(32, 64, 512), (448, 64, 512), (449, 64, 1024), (1024, 64, 1536)])
+def test_the_context_holds_the_prompt_and_the_generation(n_prompt: int, n_gen: int,
+                                                         context: int) -> None:
+    assert context_for(n_prompt, n_gen) == context
+    settings = AbSettings(model=Path("m.gguf"), fixture="bench", n_prompt=n_prompt,
+                          n_gen=n_gen)
+    assert settings.context() == context
+    assert AbSettings(model=Path("m.gguf"), fixture="bench", ctx_size=4096).context() == 4096

@@ -14,6 +14,7 @@ what is undecided then is ``unknown``.
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import tempfile
@@ -51,6 +52,7 @@ from harness.runners.subprocess_runner import SubprocessRunner
 
 #: What ``harness ab`` measures unless told otherwise, in the order it prints them.
 AB_METRICS = ("decode_tps", "prompt_tps", "ttft_ms", "load_s")
+CONTEXT_STEP = 512
 #: Tokens of the greedy completion whose text is a deterministic counter.
 GREEDY_TOKENS = 16
 
@@ -69,6 +71,12 @@ class Arm:
         return str(self.binary) if self.binary is not None else f"image {self.image}"
 
 
+def context_for(n_prompt: int, n_gen: int) -> int:
+    """The context every server gets: room for one request's prompt and generation,
+    in steps of 512 tokens (pure)."""
+    return CONTEXT_STEP * max(1, math.ceil((n_prompt + n_gen) / CONTEXT_STEP))
+
+
 @dataclass(frozen=True)
 class AbSettings:
     model: Path
@@ -76,7 +84,8 @@ class AbSettings:
     metrics: tuple[str, ...] = AB_METRICS
     rule: AbRule = field(default_factory=AbRule)
     design: str = SEQUENTIAL
-    ctx_size: int = 512
+    #: None: the smallest multiple of 512 that holds the prompt and the generation.
+    ctx_size: int | None = None
     #: ``--threads`` of every server; None: all cores (interleaved), half (duet,
     #: sequential).
     threads: int | None = None
@@ -87,6 +96,9 @@ class AbSettings:
     #: The metrics whose "unchanged" this design has earned on this host
     #: (harness/ab/validation.py); None: sequential every metric, any other design none.
     validated: frozenset[str] | None = None
+
+    def context(self) -> int:
+        return self.ctx_size or context_for(self.n_prompt, self.n_gen)
 
     def earned(self) -> frozenset[str]:
         if self.validated is not None:
@@ -168,7 +180,7 @@ class _Starter:
                  env: dict[str, str] | None) -> None:
         self._arm = arm
         self._settings = settings
-        self._spec = LaunchSpec(model=settings.model, ctx_size=settings.ctx_size,
+        self._spec = LaunchSpec(model=settings.model, ctx_size=settings.context(),
                                 threads=threads)
         self._runner: ServerRunner[RunningServer]
         if arm.binary is not None:

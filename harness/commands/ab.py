@@ -32,6 +32,7 @@ from harness.builds.under_test import resolve_named_build
 from harness.errors import ConfigError, HarnessError
 from harness.files import write_json_atomic
 from harness.paths import cache_root
+from harness.perf.keys import DEFAULT_PROMPT_TOKENS
 from harness.probes.docker_engine import docker_engine, engine_unavailable
 from harness.results.run_validation import parse_run_json
 
@@ -109,6 +110,10 @@ def _record(run_json: Path, ab: dict[str, object]) -> None:
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="--threads of every server [default: all cores; duet and sequential: "
                    "half].")
+@click.option("--n-prompt", type=click.IntRange(1, 2048), default=DEFAULT_PROMPT_TOKENS,
+              show_default=True, help="Prompt tokens of every timed request. A longer "
+              "prompt makes ttft_ms long enough that a change shows above its 5 ms floor "
+              "(the context grows to hold it).")
 @click.option("--seed", type=int, default=None, help="Seed of the block order (printed).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the whole result as JSON (every sample, in order) instead.")
@@ -123,7 +128,7 @@ def _record(run_json: Path, ab: dict[str, object]) -> None:
 def ab_command(*, baseline: str | None, candidate: str | None, fixture: str,
                metrics: tuple[str, ...], threshold: float, budget_s: float, design: str,
                calibrate_design: bool, slowdown: float, threads: int | None,
-               seed: int | None, as_json: bool, run_json: Path | None,
+               n_prompt: int, seed: int | None, as_json: bool, run_json: Path | None,
                allure_results: Path | None, log_dir: Path | None) -> None:
     """Measure two builds side by side, paired, and decide per metric.
 
@@ -149,7 +154,8 @@ def ab_command(*, baseline: str | None, candidate: str | None, fixture: str,
         settings = AbSettings(
             model=model, fixture=fixture, metrics=chosen,
             rule=AbRule(threshold=threshold, budget_s=budget_s), design=design,
-            threads=threads, seed=seed, validated=validated_metrics(design, chosen, record))
+            threads=threads, n_prompt=n_prompt, seed=seed,
+            validated=validated_metrics(design, chosen, record))
         outcome = run_ab(*arms, settings, on_block=_progress, log_dir=log_dir)
         if run_json is not None:
             _record(run_json, record_json(outcome))
