@@ -60,6 +60,7 @@ from harness.ab.stats import wilson_interval
 from harness.ab.validation import effect
 from harness.builds.resolve import ensure_build
 from harness.builds.slowed import SLOWDOWN_BY_NAME, SLOWDOWNS, ensure_slowed_build, slowdown_env
+from harness.errors import ServerError
 from harness.paths import cache_root
 from harness.perf.keys import DEFAULT_PROMPT_TOKENS
 from harness.planning.build_plan import BuildRequest
@@ -252,7 +253,16 @@ class Bench:
     def decide(self, cell: Cell) -> dict[str, Any]:
         amount = 0 if cell.kind == "aa" else self.size(cell.kind, cell.level)
         started = time.monotonic()
-        result = self.compare(cell.kind, amount, cell.design, cell.metric)
+        try:
+            result = self.compare(cell.kind, amount, cell.design, cell.metric)
+        except ServerError as exc:
+            # A server that died is a finding, not the end of the run: logged and shown.
+            failed = {"case": "failure", "kind": cell.kind, "level": cell.level,
+                      "design": cell.design, "amount": amount, "n_prompt": self.n_prompt,
+                      "error": str(exc)}
+            self._append(failed)
+            print(f"{cell.kind} {cell.level:.0%} {cell.design}: FAILED: {exc}", flush=True)
+            return failed
         entry = {"case": "decision", "kind": cell.kind, "level": cell.level,
                  "design": cell.design, "amount": amount, "metric": cell.metric, **result}
         self._append(entry)
@@ -267,8 +277,9 @@ def _prompt(entry: dict[str, Any]) -> int:
     return int(entry.get("n_prompt", DEFAULT_PROMPT_TOKENS))
 
 
-def _decisions(entries: list[dict[str, Any]], cell: Cell) -> list[dict[str, Any]]:
-    return [e for e in entries if e["case"] == "decision" and e["kind"] == cell.kind
+def _decisions(entries: list[dict[str, Any]], cell: Cell,
+               case: str = "decision") -> list[dict[str, Any]]:
+    return [e for e in entries if e["case"] == case and e["kind"] == cell.kind
             and e["level"] == cell.level and e["design"] == cell.design
             and _prompt(e) == cell.n_prompt]
 
@@ -328,6 +339,9 @@ def report(entries: list[dict[str, Any]]) -> None:
               f"{len(done)} | {_rate(verdicts['regressed'], len(done))} | "
               f"{verdicts['unchanged']} | {ratio_text} | {attributed_text} | "
               f"{_median_time(done)} |")
+    for failure in (e for e in entries if e["case"] == "failure"):
+        print(f"\nFAILED: {failure['kind']} {failure['level']:.0%} {failure['design']} "
+              f"({_prompt(failure)}-token prompt): {failure['error'].splitlines()[0]}")
     print(f"\nTargets: regressed >= {TARGET_DETECTION[0.10]:.0%} at a true 10 %, >= "
           f"{TARGET_DETECTION[0.05]:.0%} at 5 %; A/A regressed <= {TARGET_FALSE_ALARMS:.0%};"
           f" median decision <= {TARGET_DECISION_S:.0f} s. 'measured / true': the design's "
@@ -379,7 +393,8 @@ def main() -> None:
     started = time.monotonic()
     # Round robin, so a run stopped early has figures for every cell.
     while time.monotonic() - started < args.deadline_s:
-        pending = [c for c in cells if len(_decisions(bench.entries, c)) < wanted[c]]
+        pending = [c for c in cells if len(_decisions(bench.entries, c))
+                   + len(_decisions(bench.entries, c, "failure")) < wanted[c]]
         if not pending:
             break
         for cell in pending:

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 from results_fixtures import make_run
 
@@ -185,6 +188,55 @@ def test_a_longer_prompt_lifts_a_first_token_change_above_the_floor(
                      if s["arm"] == "baseline"]
     # 512 prompt tokens at a few thousand a second: far above the default's ~16 ms.
     assert min(baseline_ttft) > 60, baseline_ttft
+
+
+@pytest.mark.server
+def test_a_server_that_crashes_while_measured_is_named_with_its_signal_and_log(
+        harness_build: BuildUnderTest, tmp_path: Path) -> None:
+    """A real crash mid-request: every request of the candidate waits 2 s before its
+    prompt, and the server gets SIGSEGV once its second request (the first measured one,
+    after readiness's own) is in. `harness ab` says which server, how it ended, and its
+    log: exit 2, no traceback."""
+    slowed = ensure_slowed_build(cache_root()).binary
+    env = slowdown_env(SLOWDOWN_BY_NAME["first-token"], 2_000_000, dict(os.environ))
+    logs = tmp_path / "logs"
+    with subprocess.Popen([HARNESS, "ab", "--baseline", str(harness_build.binary),
+                           "--candidate", str(slowed), "--metric", "ttft_ms",
+                           "--design", "sequential", "--budget-s", "60",
+                           "--log-dir", str(logs)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=env) as ab:
+        crashed = _crash_in_second_request(psutil.Process(ab.pid), slowed,
+                                           logs / "candidate")
+        stdout, stderr = ab.communicate(timeout=120)
+    assert crashed, "the candidate server never took a second request"
+    assert ab.returncode == 2, stdout + stderr
+    assert "Traceback" not in stderr
+    assert "the candidate server" in stderr
+    assert "exited while it was measured" in stderr
+    assert "signal 11" in stderr
+    assert str(slowed) in stderr  # its argv
+    assert "log lines" in stderr
+
+
+def _crash_in_second_request(parent: psutil.Process, binary: Path, log_dir: Path,
+                             timeout_s: float = 90) -> bool:
+    """SIGSEGV the child of ``parent`` running ``binary`` once a log in ``log_dir`` (the
+    arm's: one server at a time) shows a second task."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and parent.is_running():
+        for log in log_dir.glob("*"):
+            if log.read_text(errors="replace").count("processing task") < 2:
+                continue
+            for child in parent.children(recursive=True):
+                try:
+                    if Path(child.exe()).resolve() == binary.resolve():
+                        child.send_signal(signal.SIGSEGV)
+                        return True
+                except psutil.Error:
+                    continue
+        time.sleep(0.05)
+    return False
 
 
 @pytest.mark.server

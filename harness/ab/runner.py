@@ -25,6 +25,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from harness.ab.counters import read_counters
 from harness.ab.decision import AbRule, AbVerdict, MetricDecision, decide_metric
 from harness.ab.design import (
@@ -40,7 +42,7 @@ from harness.ab.design import (
 )
 from harness.ab.validation import earn_unchanged, validated_metrics
 from harness.client import ServerClient, shared_pool
-from harness.errors import ConfigError
+from harness.errors import ConfigError, ServerApiError, ServerError, ServerExitedError
 from harness.facts.build import Backend
 from harness.perf.keys import DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS, DEFAULT_REPETITIONS
 from harness.perf.measure import measure_speed, prompt_ids
@@ -48,11 +50,14 @@ from harness.planning.launch import LaunchSpec
 from harness.runners.base import RunningServer, ServerRunner
 from harness.runners.container_runner import ContainerRunner
 from harness.runners.launching import until_ready
+from harness.runners.readiness import describe_failure
 from harness.runners.subprocess_runner import SubprocessRunner
 
 #: What ``harness ab`` measures unless told otherwise, in the order it prints them.
 AB_METRICS = ("decode_tps", "prompt_tps", "ttft_ms", "load_s")
 CONTEXT_STEP = 512
+#: How long a server that dropped a request may take to be seen exiting.
+EXIT_GRACE_S = 2.0
 #: Tokens of the greedy completion whose text is a deterministic counter.
 GREEDY_TOKENS = 16
 
@@ -213,9 +218,27 @@ class _Starter:
                 if value is not None:
                     values[name] = value
             counters = read_counters(server.log_text(), _greedy(server.base_url))
+        except (httpx.TransportError, ServerApiError) as exc:
+            raise _lost(server, self._arm, exc) from exc
         finally:
             server.stop()
         return values, counters
+
+
+def _lost(server: RunningServer, arm: Arm, exc: Exception) -> ServerError:
+    """The error for a server that stopped answering while it was measured: whether it
+    exited (and how), its argv and its last log lines, before ``stop`` loses them."""
+    deadline = time.monotonic() + EXIT_GRACE_S
+    while server.exit_code() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # a crash closes the socket a moment before the process is reaped
+    code = server.exit_code()
+    what = "exited" if code is not None else "stopped answering"
+    text = describe_failure(
+        server, f"the {arm.label} server ({arm.describe()}) {what} while it was measured: "
+                f"{exc}",
+        hint="the server's own error, if it printed one, is in the log lines above; "
+             "`harness ab --log-dir DIR` keeps every server's whole log")
+    return ServerExitedError(text) if code is not None else ServerError(text)
 
 
 def _greedy(base_url: str) -> dict[str, Any]:
