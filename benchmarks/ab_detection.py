@@ -30,8 +30,10 @@ and each level (a fraction: 0.10 is 10 % worse on the metric the kind moves):
 is under the metric's 5 ms floor; at 1024 tokens it is about 300 ms. Cells, sizes and
 truths are kept apart per prompt length.
 Every probe and decision is appended to ``--log`` (JSONL) when made, so a stopped run
-resumes; decisions go round robin over the cells (kind, level, design), so a run cut
-short by ``--deadline-s`` has figures for each. The table is printed from the whole log.
+resumes; the table judges each decision's pairs again with today's rule (a log made
+before a rule change reads as the rule now decides); decisions go round robin over the
+cells (kind, level, design), so a run cut short by ``--deadline-s`` has figures for
+each. The table is printed from the whole log.
 Targets: detection >= 95 % at a true 10 %, >= 80 % at 5 %; false alarms <= 1 %; median
 decision <= 90 s.
 """
@@ -314,12 +316,16 @@ def report(entries: list[dict[str, Any]]) -> None:
                    key=lambda c: (c.kind == "aa", c.kind, c.n_prompt, -c.level,
                                   DESIGNS.index(c.design)))
     print("\n| kind | level | amount | true (solo) | design | decisions | regressed "
-          "(95 %) | unchanged | measured / true | attributed to | decision (median) |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "(95 %) | unchanged | unknown | measured / true | attributed to | decision "
+          "(median) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for cell in cells:
         done = _decisions(entries, cell)
         amount = done[0]["amount"]
-        verdicts = Counter(e["verdict"] for e in done)
+        # Judged again with today's rule: a log made before a rule change reads as the
+        # rule now decides those pairs (each decision's pairs end where it stopped).
+        judged = [_attribution(e["pairs"], AbRule()) for e in done]
+        verdicts = Counter(found[cell.metric] for found in judged)
         pairs = [tuple(p) for e in done for p in e["pairs"].get(cell.metric, [])]
         measured = _median_effect(pairs, cell.metric)
         if cell.kind == "aa":
@@ -329,15 +335,16 @@ def report(entries: list[dict[str, Any]]) -> None:
             truth_text = f"{truth:.1%}" if truth is not None else "—"
             ratio_text = (f"{measured / truth:.2f}" if truth and measured is not None
                           and truth > 0 else "—")
-        attributed = Counter(metric for e in done for metric, verdict in
-                             e["attribution"].items() if verdict == AbVerdict.REGRESSED.value)
+        attributed = Counter(metric for found in judged for metric, verdict in
+                             found.items() if verdict == AbVerdict.REGRESSED.value)
         attributed_text = ", ".join(f"{m} {n}/{len(done)}" for m, n in
                                     attributed.most_common()) or "none"
         kind = (cell.kind if cell.n_prompt == DEFAULT_PROMPT_TOKENS
                 else f"{cell.kind} ({cell.n_prompt}-token prompt)")
         print(f"| {kind} | {cell.level:.0%} | {amount} | {truth_text} | {cell.design} | "
               f"{len(done)} | {_rate(verdicts['regressed'], len(done))} | "
-              f"{verdicts['unchanged']} | {ratio_text} | {attributed_text} | "
+              f"{verdicts['unchanged']} | {verdicts['unknown']} | {ratio_text} | "
+              f"{attributed_text} | "
               f"{_median_time(done)} |")
     for failure in (e for e in entries if e["case"] == "failure"):
         print(f"\nFAILED: {failure['kind']} {failure['level']:.0%} {failure['design']} "

@@ -379,7 +379,13 @@ def test_a_load_time_change_below_its_floor_is_not_a_regression() -> None:
     # bench loads in about 60 ms; 10 % slower is 6 ms, under load_s's 50 ms floor.
     baseline = _noisy(0.060, 12, 4)
     slower = decide_metric("load_s", baseline, [v * 1.10 for v in baseline], RULE)
-    assert slower.verdict == AbVerdict.UNCHANGED
+    # Not a regression, and not "unchanged" either: the interval shows a change, which
+    # only the floor keeps from counting.
+    assert slower.verdict == AbVerdict.UNKNOWN
+    assert slower.settled  # final: more pairs would only narrow it under the floor
+    assert slower.reason is not None
+    assert "smaller than load_s's floor of 0.05 s" in slower.reason
+    assert "--fixture" in slower.reason
     share = METRICS["load_s"].min_change / slower.baseline_median  # type: ignore[operator]
     assert slower.threshold == pytest.approx(share / (1 + share))
     # Without the floor the same pairs are a regression: the floor made the difference.
@@ -402,10 +408,28 @@ def test_time_to_first_token_floor() -> None:
     # 17 ms: ttft_ms's 5 ms floor is a band of 5/22 = 22.7 %.
     baseline = _noisy(17.0, 12, 6)
     small = decide_metric("ttft_ms", baseline, [v * 1.15 for v in baseline], RULE)
-    assert small.verdict == AbVerdict.UNCHANGED
+    assert small.verdict == AbVerdict.UNKNOWN
+    assert small.reason is not None
+    assert "--n-prompt" in small.reason
     large = decide_metric("ttft_ms", baseline, [v * 1.5 for v in baseline], RULE)
     assert large.verdict == AbVerdict.REGRESSED
     assert small.threshold == pytest.approx(large.threshold)
+
+
+def test_under_a_floor_unchanged_needs_an_interval_that_holds_one() -> None:
+    """The widened band still says "unchanged" where no change is shown (the interval
+    holds 1, as an A/A comparison's does) or the change is inside the rule's own band."""
+    baseline = _noisy(17.0, 12, 6)
+    noisy_same = [v * f for v, f in zip(baseline, (0.94, 1.09, 1.0, 0.96, 1.10, 1.01,
+                                                      0.97, 1.07, 0.99, 1.05, 0.93, 1.03),
+                                        strict=True)]
+    same = decide_metric("ttft_ms", baseline, noisy_same, RULE)
+    assert same.interval is not None
+    assert same.interval.low < 1 < same.interval.high
+    assert same.interval.high > 1 / 0.97  # outside the rule's own band: the floor's doing
+    assert (same.verdict, same.reason, same.settled) == (AbVerdict.UNCHANGED, None, False)
+    tiny = decide_metric("ttft_ms", baseline, [v * 1.01 for v in baseline], RULE)
+    assert (tiny.verdict, tiny.reason) == (AbVerdict.UNCHANGED, None)
 
 
 @pytest.mark.parametrize(("direction", "min_change", "median", "expected"), [
@@ -456,6 +480,10 @@ def test_all_decided() -> None:
                         made(AbVerdict.IMPROVED)])
     assert not all_decided([made(AbVerdict.UNCHANGED), made(AbVerdict.UNKNOWN)])
     assert all_decided([])
+    under_floor = MetricDecision("ttft_ms", AbVerdict.UNKNOWN, None, None, None, 6,
+                                 reason="under the floor", settled=True)
+    assert under_floor.final
+    assert all_decided([made(AbVerdict.REGRESSED), under_floor])
 
 
 # -- resampling recorded A/A pairs -------------------------------------------------

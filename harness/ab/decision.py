@@ -152,8 +152,16 @@ class MetricDecision:
     #: The band's t this verdict used: the rule's, or wider for a metric's floor.
     threshold: float = AB_THRESHOLD
     #: Why the verdict is unknown though the interval lies in the band (the design was
-    #: not shown to see a change of this metric on this runner); None otherwise.
+    #: not shown to see a change of this metric on this runner, or the change shown is
+    #: under the metric's floor); None otherwise.
     reason: str | None = None
+    #: An unknown that more pairs will not turn into a verdict (a change shown to lie
+    #: under the metric's floor): final, like a verdict, so measuring it stops.
+    settled: bool = False
+
+    @property
+    def final(self) -> bool:
+        return self.verdict is not AbVerdict.UNKNOWN or self.settled
 
 
 def decide_metric(metric: str, baseline: Sequence[float], candidate: Sequence[float],
@@ -168,16 +176,51 @@ def decide_metric(metric: str, baseline: Sequence[float], candidate: Sequence[fl
         judged = _judge(baseline, candidate, direction, rule, METRICS[metric].min_change)
     except ValueError as err:
         raise HarnessError(f"A/B metric {metric}: {err}") from err
+    verdict, reason = judged.verdict, None
+    if verdict is AbVerdict.UNCHANGED:
+        reason = _under_the_floor(metric, judged, rule)
+        if reason is not None:
+            verdict = AbVerdict.UNKNOWN
     return MetricDecision(
-        metric=metric, verdict=judged.verdict, interval=judged.interval,
+        metric=metric, verdict=verdict, interval=judged.interval,
         baseline_median=judged.baseline_median,
         candidate_median=statistics.median(candidate) if candidate else None,
-        pairs=len(baseline), threshold=judged.threshold)
+        pairs=len(baseline), threshold=judged.threshold, reason=reason,
+        settled=reason is not None)
 
 
 def all_decided(decisions: Iterable[MetricDecision]) -> bool:
-    """Whether every metric has a verdict, so the gate can stop before its budget."""
-    return all(d.verdict is not AbVerdict.UNKNOWN for d in decisions)
+    """Whether every metric has a verdict (or a settled unknown), so the gate can stop
+    before its budget."""
+    return all(d.final for d in decisions)
+
+
+#: Where a metric under its floor gets large enough to judge.
+FLOOR_HINTS = {"ttft_ms": "a longer prompt: `harness ab --n-prompt 1024`",
+               "load_s": "a model that loads for longer: `harness ab --fixture NAME`"}
+
+
+def _under_the_floor(metric: str, judged: _Judged, rule: AbRule) -> str | None:
+    """Why an "unchanged" is not one, when a metric's floor alone made it: the interval
+    lies outside the rule's own band and excludes 1 (a change is shown), but inside the
+    band the floor widened. Such a change is not shown to be absent — it is too small
+    for the floor to count — so it must not be called unchanged. An interval that holds
+    1 stays unchanged (None): the floor is there for the grain of a process start, and
+    an A/A comparison's interval holds 1."""
+    interval, median = judged.interval, judged.baseline_median
+    if interval is None or median is None or judged.threshold <= rule.threshold:
+        return None
+    low_edge = 1 - rule.threshold
+    if low_edge <= interval.low and interval.high <= 1 / low_edge:
+        return None
+    if interval.low <= 1 <= interval.high:
+        return None
+    defined = METRICS[metric]
+    return (f"the candidate/baseline ratio {interval.ratio:.3f} ({interval.low:.3f}-"
+            f"{interval.high:.3f}) is a real change, but smaller than {metric}'s floor of "
+            f"{defined.min_change:g} {defined.unit} at the baseline's {median:.4g} "
+            f"{defined.unit}, so the rule does not judge it; measure where the metric is "
+            f"larger ({FLOOR_HINTS.get(metric, 'a larger fixture')})")
 
 
 @dataclass(frozen=True)

@@ -305,7 +305,7 @@ def _run(baseline: Arm, candidate: Arm, settings: AbSettings, *,
             # real change the design compresses can still show as regressed.
             decision = earn_unchanged(decision, settings.design, settings.earned())
             current[metric] = decision
-            if decision.verdict is not AbVerdict.UNKNOWN:
+            if decision.final:
                 frozen[metric] = decision
                 decided_after[metric] = elapsed
         number += 1
