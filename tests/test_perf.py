@@ -188,6 +188,19 @@ def test_measure_speed_of_the_bench_fixture(fixture_set: modelgen.FixtureSet,
     assert speed.prompt_tps > speed.decode_tps, speed
 
 
+def test_a_first_token_request_ends_before_the_next_starts(
+        fixture_set: modelgen.FixtureSet, start_server: StartServer) -> None:
+    """Each timed first token's request runs to its end: none is left generating behind a
+    closed stream (the server would cancel it, and the next request would overlap it —
+    with 1024-token prompts two of them overflowed the slots' shared KV cache)."""
+    server = start_server(LaunchSpec(model=fixture_set.model("bench"), ctx_size=1536))
+    speed = measure_speed(server.base_url, 1024, 16, repetitions=1)
+    assert speed.ttft_ms is not None, speed
+    log = server.log_text()
+    assert "cancel task" not in log
+    assert "Context size has been exceeded" not in log
+
+
 class _AmdSmi:
     """A stand-in for the amdsmi module: two GPUs, processes in either API shape."""
 

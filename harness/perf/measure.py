@@ -74,23 +74,31 @@ def measure_speed(base_url: str, n_prompt: int, n_gen: int, repetitions: int,
 
 def _time_to_first_token(http: httpx.Client, base_url: str, prompt: list[int],
                          timeout_s: float) -> float | None:
-    payload = {"prompt": prompt, "n_predict": 4, "temperature": 0.0, "stream": True,
+    """Milliseconds from sending a one-token streamed completion to its token's event.
+
+    The stream is read to its end before returning: a request left generating behind
+    the closed stream would overlap the next one — slowing it, and with a long prompt
+    overflowing the KV cache the server's slots share ("Context size has been
+    exceeded"; seen with 1024-token prompts). One token ends the task at once.
+    """
+    payload = {"prompt": prompt, "n_predict": 1, "temperature": 0.0, "stream": True,
                "cache_prompt": False, "ignore_eos": True}
     started = time.perf_counter()
+    first: float | None = None
     with http.stream("POST", f"{base_url.rstrip('/')}/completion", json=payload,
                               timeout=timeout_s) as response:
         if response.status_code != 200:
             return None
         for line in response.iter_lines():
-            if not line.startswith("data:"):
+            if first is not None or not line.startswith("data:"):
                 continue
             try:
                 event = json.loads(line[len("data:"):])
             except ValueError:
                 continue
             if isinstance(event, dict) and event.get("content") is not None:
-                return (time.perf_counter() - started) * 1000.0
-    return None
+                first = (time.perf_counter() - started) * 1000.0
+    return first
 
 
 def peak_host_mib(pid: int | None) -> float | None:
