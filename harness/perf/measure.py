@@ -79,14 +79,17 @@ def _time_to_first_token(http: httpx.Client, base_url: str, prompt: list[int],
     The stream is read to its end before returning: a request left generating behind
     the closed stream would overlap the next one — slowing it, and with a long prompt
     overflowing the KV cache the server's slots share ("Context size has been
-    exceeded"; seen with 1024-token prompts). One token ends the task at once.
+    exceeded"; seen with 1024-token prompts). One token ends the task at once. Its
+    connection is not kept: a pooled connection that had carried a stream was found
+    closed by the server on its next request ("Server disconnected without sending a
+    response", about one server start in three with 1024-token prompts).
     """
     payload = {"prompt": prompt, "n_predict": 1, "temperature": 0.0, "stream": True,
                "cache_prompt": False, "ignore_eos": True}
     started = time.perf_counter()
     first: float | None = None
     with http.stream("POST", f"{base_url.rstrip('/')}/completion", json=payload,
-                              timeout=timeout_s) as response:
+                     headers={"Connection": "close"}, timeout=timeout_s) as response:
         if response.status_code != 200:
             return None
         for line in response.iter_lines():
