@@ -87,3 +87,10 @@ def test_the_source_link_is_made_kept_and_repointed(tmp_path: Path) -> None:
     assert linked_source(build, first) == link
     assert os.lstat(link).st_mtime_ns == before  # the same target: left as it is
     assert linked_source(build, second).resolve() == second
+
+
+def test_a_folder_where_the_link_goes_is_replaced(tmp_path: Path) -> None:
+    build, source = tmp_path / "build", tmp_path / "src"
+    (build / "source" / "stale").mkdir(parents=True)
+    source.mkdir()
+    assert linked_source(build, source).resolve() == source

@@ -274,6 +274,20 @@ def test_optional_pieces_warn_with_their_fix_and_never_fail() -> None:
     assert exit_code(rows) == 0
 
 
+def test_the_compiler_cache_is_optional_and_names_its_fix_or_setting() -> None:
+    found = _row(doctor_rows(_machine(ccache=_tool("ccache", "ccache version 4.7.5")), None),
+                 "compiler cache (ccache)")
+    assert (found.status, found.required) == (Status.OK, False)
+    assert "ccache version 4.7.5 (/usr/bin/ccache)" in found.detail
+    missing = _row(doctor_rows(_machine(), None), "compiler cache (ccache)")
+    assert missing.status == Status.WARN
+    assert "apt-get install ccache" in missing.fix
+    off = _row(doctor_rows(_machine(ccache_setting="0"), Backend.CPU),
+               "compiler cache (ccache)")
+    assert off.status == Status.NA
+    assert "HARNESS_CCACHE=0" in off.detail
+
+
 def test_the_nvidia_container_runtime_matters_only_with_an_nvidia_gpu() -> None:
     engine = DockerFacts(version="26.1.5", runtimes=("io.containerd.runc.v2", "runc"))
     rows = doctor_rows(_machine(docker=engine), None)

@@ -29,6 +29,9 @@ from harness.facts.build import Backend
 
 CCACHE_ENV = "HARNESS_CCACHE"
 _OFF = frozenset({"0", "off", "no", "false"})
+_AUTO = frozenset({"", "auto"})
+#: What ``auto`` looks for on PATH.
+AUTO_PROGRAM = "ccache"
 #: The compiler languages a backend's build compiles (each gets the launcher).
 _LANGUAGES = {Backend.CUDA: ("C", "CXX", "CUDA")}
 #: The link a cached build's CMake sees as its source directory, in its build directory.
@@ -68,23 +71,30 @@ def compiler_cache(cache: Path, environ: Mapping[str, str] | None = None) -> Com
     ConfigError when the variable names a program that is not there.
     """
     env = os.environ if environ is None else environ
-    setting = env.get(CCACHE_ENV, "").strip()
-    if setting.lower() in _OFF:
+    setting = env.get(CCACHE_ENV, "")
+    wanted = ccache_program(setting)
+    if wanted is None:
         return None
-    if setting in ("", "auto"):
-        program = shutil.which("ccache", path=env.get("PATH"))
-        if program is None:
-            return None
-    else:
-        program = shutil.which(setting, path=env.get("PATH"))
-        if program is None:
-            raise ConfigError(
-                f"{CCACHE_ENV}={setting!r} is not a program this machine can run: install "
-                "ccache (`apt-get install ccache`), name its path, or set "
-                f"{CCACHE_ENV}=0 to build without a compiler cache")
+    program = shutil.which(wanted, path=env.get("PATH"))
+    if program is None:
+        if setting.strip().lower() in _AUTO:
+            return None  # none here: build without one, as before there was a cache
+        raise ConfigError(
+            f"{CCACHE_ENV}={setting!r} is not a program this machine can run: install "
+            "ccache (`apt-get install ccache`), name its path, or set "
+            f"{CCACHE_ENV}=0 to build without a compiler cache")
     # Not resolved: the compiler sees the paths CMake was given, and those start here.
     root = cache.expanduser().absolute()
     return CompilerCache(program=program, directory=root / "ccache", base_dir=root)
+
+
+def ccache_program(setting: str) -> str | None:
+    """The program a ``HARNESS_CCACHE`` value asks for (pure): None when it turns the cache
+    off, ``ccache`` (looked for on PATH) when unset or ``auto``, else the value itself."""
+    value = setting.strip()
+    if value.lower() in _OFF:
+        return None
+    return AUTO_PROGRAM if value.lower() in _AUTO else value
 
 
 def linked_source(build_dir: Path, source: Path) -> Path:
@@ -94,7 +104,9 @@ def linked_source(build_dir: Path, source: Path) -> Path:
     target = source.resolve()
     if link.is_symlink() and link.resolve() == target:
         return link
-    if link.is_symlink() or link.exists():
+    if link.is_symlink() or link.is_file():
         link.unlink()
+    elif link.is_dir():
+        shutil.rmtree(link)  # not ours to keep: the build directory is the harness's
     link.symlink_to(target, target_is_directory=True)
     return link

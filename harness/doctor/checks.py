@@ -19,6 +19,7 @@ import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from harness.builds.compiler_cache import CCACHE_ENV, ccache_program
 from harness.doctor.facts import DoctorFacts, Tool
 from harness.errors import ConfigError
 from harness.facts.build import GPU_BACKENDS, Backend
@@ -159,7 +160,23 @@ def _toolchain_rows(facts: DoctorFacts, backend: Backend | None) -> list[Row]:
             + (f" although a {gpu_backend.value} GPU is" if here else ""),
             f"`apt-get install {package}`", Status.WARN if here else Status.NA))
     rows.extend(_cuda_library_rows(facts, backend))
+    rows.append(_ccache_row(facts))
     return rows
+
+
+def _ccache_row(facts: DoctorFacts) -> Row:
+    """Optional: without a compiler cache every build compiles every file."""
+    check = "compiler cache (ccache)"
+    if ccache_program(facts.ccache_setting) is None:
+        return Row(check, Status.NA, f"off: {CCACHE_ENV}={facts.ccache_setting}")
+    tool = facts.ccache
+    if tool.path is None:
+        return Row(check, Status.WARN,
+                   f"{tool.program} is not installed: every build compiles every file (the "
+                   "A/B tests' slowed build about 6 min instead of 30 s on 2 cores)",
+                   "`apt-get install ccache` (or `HARNESS_CCACHE=PATH`)")
+    return Row(check, Status.OK, f"{tool.version or tool.program} ({tool.path}): builds of "
+               "nearby sources share their objects")
 
 
 def _cuda_library_rows(facts: DoctorFacts, backend: Backend | None) -> list[Row]:

@@ -132,3 +132,7 @@ class DoctorFacts:
     gpu_configs: tuple[GpuConfig, ...] = ()
     #: Why configs/gpu could not be loaded, None when it was.
     gpu_configs_problem: str | None = None
+    #: The compiler cache native builds would use (``HARNESS_CCACHE``).
+    ccache: Tool = field(default_factory=lambda: Tool("ccache"))
+    #: ``HARNESS_CCACHE`` as set ("" when unset).
+    ccache_setting: str = ""

@@ -20,6 +20,7 @@ from types import MappingProxyType
 
 import httpx
 
+from harness.builds.compiler_cache import CCACHE_ENV, ccache_program
 from harness.builds.native import builds_dir, read_build_info
 from harness.doctor.checks import GPU_COMPILERS, GROUPS
 from harness.doctor.facts import (
@@ -89,6 +90,8 @@ def gather_facts() -> DoctorFacts:
         gpus=MappingProxyType(gpus),
         gpu_configs=configs,
         gpu_configs_problem=configs_problem,
+        ccache=_tool(ccache_program(os.environ.get(CCACHE_ENV, "")) or "ccache"),
+        ccache_setting=os.environ.get(CCACHE_ENV, ""),
     )
 
 
