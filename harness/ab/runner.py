@@ -226,13 +226,14 @@ class _Starter:
 
 
 def _lost(server: RunningServer, arm: Arm, exc: Exception) -> ServerError:
-    """The error for a server that stopped answering while it was measured: whether it
-    exited (and how), its argv and its last log lines, before ``stop`` loses them."""
+    """The error for a server that dropped or refused a request while it was measured:
+    whether it exited (and how), its argv and its last log lines, before ``stop`` loses
+    them."""
     deadline = time.monotonic() + EXIT_GRACE_S
     while server.exit_code() is None and time.monotonic() < deadline:
         time.sleep(0.05)  # a crash closes the socket a moment before the process is reaped
     code = server.exit_code()
-    what = "exited" if code is not None else "stopped answering"
+    what = "exited" if code is not None else "failed a request"
     text = describe_failure(
         server, f"the {arm.label} server ({arm.describe()}) {what} while it was measured: "
                 f"{exc}",
