@@ -178,7 +178,7 @@ def decide_metric(metric: str, baseline: Sequence[float], candidate: Sequence[fl
         raise HarnessError(f"A/B metric {metric}: {err}") from err
     verdict, reason = judged.verdict, None
     if verdict is AbVerdict.UNCHANGED:
-        reason = _under_the_floor(metric, judged, rule)
+        reason = _under_the_floor(metric, judged, rule, direction)
         if reason is not None:
             verdict = AbVerdict.UNKNOWN
     return MetricDecision(
@@ -200,7 +200,8 @@ FLOOR_HINTS = {"ttft_ms": "a longer prompt: `harness ab --n-prompt 1024`",
                "load_s": "a model that loads for longer: `harness ab --fixture NAME`"}
 
 
-def _under_the_floor(metric: str, judged: _Judged, rule: AbRule) -> str | None:
+def _under_the_floor(metric: str, judged: _Judged, rule: AbRule,
+                     direction: Direction) -> str | None:
     """Why an "unchanged" is not one, when a metric's floor alone made it: the interval
     lies outside the rule's own band and excludes 1 (a change is shown), but inside the
     band the floor widened. Such a change is not shown to be absent — it is too small
@@ -210,8 +211,8 @@ def _under_the_floor(metric: str, judged: _Judged, rule: AbRule) -> str | None:
     interval, median = judged.interval, judged.baseline_median
     if interval is None or median is None or judged.threshold <= rule.threshold:
         return None
-    low_edge = 1 - rule.threshold
-    if low_edge <= interval.low and interval.high <= 1 / low_edge:
+    # Inside the rule's own band: unchanged without the floor's help.
+    if decide(interval, direction, rule) is AbVerdict.UNCHANGED:
         return None
     if interval.low <= 1 <= interval.high:
         return None

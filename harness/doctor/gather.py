@@ -20,7 +20,7 @@ from types import MappingProxyType
 
 import httpx
 
-from harness.builds.compiler_cache import CCACHE_ENV, ccache_program
+from harness.builds.compiler_cache import AUTO_PROGRAM, CCACHE_ENV, ccache_program
 from harness.builds.native import builds_dir, read_build_info
 from harness.doctor.checks import GPU_COMPILERS, GROUPS
 from harness.doctor.facts import (
@@ -67,6 +67,7 @@ def gather_facts() -> DoctorFacts:
     build_tool = _tool("ninja") if shutil.which("ninja") else _tool("make")
     # The native build's own probe: it also finds nvcc off PATH (/usr/local/cuda/bin).
     cuda = find_cuda_toolkit()
+    ccache_setting = os.environ.get(CCACHE_ENV, "")
     return DoctorFacts(
         python_version=".".join(str(p) for p in sys.version_info[:3]),
         python_executable=sys.executable,
@@ -90,9 +91,15 @@ def gather_facts() -> DoctorFacts:
         gpus=MappingProxyType(gpus),
         gpu_configs=configs,
         gpu_configs_problem=configs_problem,
-        ccache=_tool(ccache_program(os.environ.get(CCACHE_ENV, "")) or "ccache"),
-        ccache_setting=os.environ.get(CCACHE_ENV, ""),
+        ccache=_ccache(ccache_setting),
+        ccache_setting=ccache_setting,
     )
+
+
+def _ccache(setting: str) -> Tool:
+    """The compiler cache ``HARNESS_CCACHE`` asks for; not run when it turns it off."""
+    program = ccache_program(setting)
+    return _tool(program) if program is not None else Tool(AUTO_PROGRAM)
 
 
 def _package(name: str, pins: dict[str, str]) -> Package:
