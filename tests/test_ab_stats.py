@@ -416,9 +416,11 @@ def test_time_to_first_token_floor() -> None:
     assert small.threshold == pytest.approx(large.threshold)
 
 
-def test_under_a_floor_unchanged_needs_an_interval_that_holds_one() -> None:
-    """The widened band still says "unchanged" where no change is shown (the interval
-    holds 1, as an A/A comparison's does) or the change is inside the rule's own band."""
+def test_an_unchanged_only_the_floor_allows_is_unknown() -> None:
+    """An interval that holds 1 (as an A/A comparison's does) but reaches past the
+    rule's own band is "unchanged" only by the floor's widened band, where a change
+    under the floor can hide: unknown, settled, with the reason. Inside the rule's own
+    band it is unchanged."""
     baseline = _noisy(17.0, 12, 6)
     noisy_same = [v * f for v, f in zip(baseline, (0.94, 1.09, 1.0, 0.96, 1.10, 1.01,
                                                       0.97, 1.07, 0.99, 1.05, 0.93, 1.03),
@@ -427,9 +429,15 @@ def test_under_a_floor_unchanged_needs_an_interval_that_holds_one() -> None:
     assert same.interval is not None
     assert same.interval.low < 1 < same.interval.high
     assert same.interval.high > 1 / 0.97  # outside the rule's own band: the floor's doing
-    assert (same.verdict, same.reason, same.settled) == (AbVerdict.UNCHANGED, None, False)
+    # The widened band alone would call it unchanged.
+    assert decide(same.interval, LOWER, RULE, same.threshold) == AbVerdict.UNCHANGED
+    assert (same.verdict, same.settled) == (AbVerdict.UNKNOWN, True)
+    assert same.reason is not None
+    assert "reaches past the 3% band" in same.reason
+    assert "ttft_ms's floor of 5 ms" in same.reason
+    assert "--n-prompt 1024" in same.reason
     tiny = decide_metric("ttft_ms", baseline, [v * 1.01 for v in baseline], RULE)
-    assert (tiny.verdict, tiny.reason) == (AbVerdict.UNCHANGED, None)
+    assert (tiny.verdict, tiny.reason, tiny.settled) == (AbVerdict.UNCHANGED, None, False)
 
 
 @pytest.mark.parametrize(("direction", "min_change", "median", "expected"), [

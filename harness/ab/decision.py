@@ -203,24 +203,30 @@ FLOOR_HINTS = {"ttft_ms": "a longer prompt: `harness ab --n-prompt 1024`",
 def _under_the_floor(metric: str, judged: _Judged, rule: AbRule,
                      direction: Direction) -> str | None:
     """Why an "unchanged" is not one, when a metric's floor alone made it: the interval
-    lies outside the rule's own band and excludes 1 (a change is shown), but inside the
-    band the floor widened. Such a change is not shown to be absent — it is too small
-    for the floor to count — so it must not be called unchanged. An interval that holds
-    1 stays unchanged (None): the floor is there for the grain of a process start, and
-    an A/A comparison's interval holds 1."""
+    lies outside the rule's own band but inside the band the floor widened. Where the
+    interval excludes 1 a change is shown that the floor is too coarse to count; where
+    it holds 1 a change up to the floor's width could still hide in it (a first-token
+    delay of 10 % at a 16 ms first token did, 2 times in 5). Either way no change the
+    rule's band names was shown to be absent, so the verdict is unknown with this
+    reason — settled, because more pairs would narrow the interval inside the floor's
+    band, not the rule's, at no more than the floor's grain. None where the interval lies
+    inside the rule's own band, which needs no floor."""
     interval, median = judged.interval, judged.baseline_median
     if interval is None or median is None or judged.threshold <= rule.threshold:
         return None
-    # Inside the rule's own band: unchanged without the floor's help.
     if decide(interval, direction, rule) is AbVerdict.UNCHANGED:
         return None
-    if interval.low <= 1 <= interval.high:
-        return None
     defined = METRICS[metric]
-    return (f"the candidate/baseline ratio {interval.ratio:.3f} ({interval.low:.3f}-"
-            f"{interval.high:.3f}) is a real change, but smaller than {metric}'s floor of "
-            f"{defined.min_change:g} {defined.unit} at the baseline's {median:.4g} "
-            f"{defined.unit}, so the rule does not judge it; measure where the metric is "
+    floor = (f"{metric}'s floor of {defined.min_change:g} {defined.unit} "
+             f"({judged.threshold:.0%} at the baseline's {median:.4g} {defined.unit})")
+    shown = (f"the candidate/baseline ratio {interval.ratio:.3f} ({interval.low:.3f}-"
+             f"{interval.high:.3f})")
+    if interval.low <= 1 <= interval.high:
+        finding = (f"{shown} reaches past the {rule.threshold:.0%} band; only {floor} "
+                   "would call it unchanged, and a change under the floor can hide there")
+    else:
+        finding = f"{shown} is a real change, but smaller than {floor}"
+    return (f"{finding}, so the rule does not judge it; measure where the metric is "
             f"larger ({FLOOR_HINTS.get(metric, 'a larger fixture')})")
 
 
