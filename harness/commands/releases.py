@@ -1,0 +1,115 @@
+"""``harness releases``: the suites over a span of published llama.cpp releases.
+
+Each release's source is fetched from the package index (cached by version), built
+natively for the CPU (ccache shares what releases have in common) and the suites run
+against it, bounded. One row a release: passed, failed, skipped as unsupported,
+differences found and harness errors. Exit 0 when every release ran and no harness
+error came up, 1 otherwise, 2 on an error before any release ran.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import click
+from rich.markup import escape
+
+from harness import modelgen
+from harness.builds.native import build_server
+from harness.commands._progress import console, progress_bar
+from harness.errors import ConfigError, HarnessError
+from harness.files import write_json_atomic
+from harness.paths import cache_root
+from harness.planning.build_plan import BuildRequest
+from harness.releases.catalog import parse_release, select_releases
+from harness.releases.fetch import available_releases, fetch_release, pinned_release
+from harness.releases.matrix import ReleaseRow, render_table
+from harness.releases.runner import DEFAULT_SUITE_TIMEOUT_S, SuiteRun, run_suites
+
+
+def _release(value: str) -> int:
+    if value == "pin":
+        return pinned_release()
+    try:
+        return parse_release(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+@click.command("releases", context_settings={"ignore_unknown_options": True})
+@click.option("--from", "first", default=None, metavar="RELEASE",
+              help="The oldest release of the span (10502, b10502, 10502.0.0 or pin).")
+@click.option("--to", "last", default="pin", show_default=True, metavar="RELEASE",
+              help="The newest release of the span.")
+@click.option("--every", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Thin the span: a release every N release numbers, plus the newest.")
+@click.option("--pin/--no-pin", "with_pin", default=True, show_default=True,
+              help="Run the pinned release too, as the matrix's reference row.")
+@click.option("--list", "list_only", is_flag=True,
+              help="Print the releases the span would run and stop.")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False),
+              default=Path("harness-releases"), show_default=True,
+              help="Where each release's run record, pytest log and Allure results go, "
+                   "with matrix.json and matrix.md.")
+@click.option("--workers", default="auto", show_default=True,
+              help="pytest-xdist workers for each release's suites.")
+@click.option("--suite-timeout-s", type=click.FloatRange(min=1), show_default=True,
+              default=DEFAULT_SUITE_TIMEOUT_S,
+              help="A release's suites running longer than this are killed and its row "
+                   "says it hung.")
+@click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
+def releases_command(*, first: str | None, last: str, every: int | None, with_pin: bool,
+                     list_only: bool, out: Path, workers: str, suite_timeout_s: float,
+                     pytest_args: tuple[str, ...]) -> None:
+    """Run the suites against each published release of a span, one row a release."""
+    if first is None:
+        raise ConfigError("harness releases needs --from RELEASE (the oldest of the span)")
+    pin = pinned_release()
+    try:
+        chosen = select_releases(available_releases(), _release(first), _release(last), every,
+                                 always=(pin,) if with_pin else ())
+    except ValueError as exc:
+        raise ConfigError(f"harness releases: {exc}") from exc
+    console.print("[bold]releases[/] " + " ".join(f"b{r}" for r in chosen), soft_wrap=True)
+    if list_only:
+        return
+    cache = cache_root()
+    modelgen.ensure_fixtures()
+    settings = SuiteRun(out=out.absolute(), workers=workers, timeout_s=suite_timeout_s,
+                        pytest_args=pytest_args)
+    rows = [_one_release(cache, release, settings, pinned=release == pin) for release in chosen]
+    table = render_table(rows)
+    settings.out.mkdir(parents=True, exist_ok=True)
+    (settings.out / "matrix.md").write_text(table + "\n")
+    write_json_atomic(settings.out / "matrix.json", {"pin": pin,
+                                                      "rows": [r.to_json() for r in rows]})
+    click.echo(table)
+    console.print(f"[bold]matrix[/] {settings.out / 'matrix.md'}", soft_wrap=True)
+    sys.exit(1 if any(r.harness_errors or r.problem for r in rows) else 0)
+
+
+def _one_release(cache: Path, release: int, settings: SuiteRun, *, pinned: bool) -> ReleaseRow:
+    started = time.monotonic()
+    request = BuildRequest()
+    try:
+        tree = fetch_release(cache, release)
+        with progress_bar(request) as report:
+            build = build_server(cache, tree, request, progress=report)
+    except HarnessError as exc:
+        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        row = ReleaseRow(release=release, pinned=pinned, problem=f"not built: {first_line}",
+                         seconds=time.monotonic() - started)
+        console.print(f"[bold]b{release}[/] {escape(row.problem or '')}", soft_wrap=True)
+        return row
+    console.print(f"[bold]b{release}[/] {build.info.version.splitlines()[0]} "
+                  f"({'cache hit' if build.cache_hit else 'built'}); running the suites",
+                  soft_wrap=True)
+    row = run_suites(release, build.binary, settings, pinned=pinned)
+    # The row's minutes are the release's whole cost: fetch and build included.
+    row = replace(row, seconds=time.monotonic() - started)
+    console.print(f"[bold]b{release}[/] {escape(json.dumps(row.to_json()))}", soft_wrap=True)
+    return row

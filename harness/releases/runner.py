@@ -1,0 +1,118 @@
+"""Runs the suites against one release's build, bounded, and reads back its row.
+
+The suites run in their own pytest process (as ``harness run`` runs them), in a process
+group of their own, so a release that hangs the suites past ``timeout_s`` is killed
+whole — servers included — and its row says it hung instead of the matrix waiting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import HarnessError
+from harness.paths import SUITES_DIR, suites_pytest_config
+from harness.plugin.recording.run_file import new_run_id
+from harness.releases.matrix import HUNG, ReleaseRow, row_from_record
+from harness.results.run_validation import parse_run_json
+
+#: The longest a release's suites may run before the matrix calls them hung: the
+#: suites take minutes on the pin, and each test has pytest's own 600 s bound.
+DEFAULT_SUITE_TIMEOUT_S = 3600.0
+#: How long a killed suite run has to go before the matrix stops waiting for it.
+_REAP_S = 30.0
+
+
+@dataclass(frozen=True)
+class SuiteRun:
+    """Where one release's suites write, and how they are run."""
+
+    out: Path
+    workers: str = "auto"
+    timeout_s: float = DEFAULT_SUITE_TIMEOUT_S
+    pytest_args: tuple[str, ...] = ()
+
+    def folder(self, release: int) -> Path:
+        return self.out / f"b{release}"
+
+
+def suite_argv(binary: Path, folder: Path, settings: SuiteRun) -> list[str]:
+    """The pytest command line for one release (pure)."""
+    return [sys.executable, "-m", "pytest", str(SUITES_DIR), *suites_pytest_config(folder),
+            "-n", settings.workers, f"--alluredir={folder / 'allure-results'}",
+            "--clean-alluredir", f"--harness-server-bin={binary}",
+            f"--harness-run-record={folder / 'run.json'}", "-p", "no:cacheprovider",
+            *settings.pytest_args]
+
+
+def run_suites(release: int, binary: Path, settings: SuiteRun, *,
+               pinned: bool = False) -> ReleaseRow:
+    """Run the suites against ``binary`` and return the release's row.
+
+    The pytest output goes to ``<out>/b<release>/pytest.log``.
+    """
+    folder = settings.folder(release)
+    return run_bounded(release, suite_argv(binary, folder, settings), folder,
+                       settings.timeout_s, pinned=pinned)
+
+
+def run_bounded(release: int, argv: list[str], folder: Path, timeout_s: float, *,
+                pinned: bool = False) -> ReleaseRow:
+    """Run ``argv`` (a suite run writing ``folder/run.json``) in ``folder``, bounded.
+
+    A run past ``timeout_s`` is killed with its process group and becomes a row whose
+    problem starts "hung"; a run that ends without a record becomes a row that says so
+    with the log's last line.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    record_path = folder / "run.json"
+    record_path.unlink(missing_ok=True)
+    log_path = folder / "pytest.log"
+    started = time.monotonic()
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=folder,
+                                start_new_session=True,
+                                env={**os.environ, "HARNESS_RUN_ID": new_run_id()})
+        try:
+            code = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            return ReleaseRow(release=release, pinned=pinned,
+                              problem=f"{HUNG}: the suites ran past {timeout_s:.0f} s "
+                                      f"and were killed; log {log_path}",
+                              seconds=time.monotonic() - started)
+    seconds = time.monotonic() - started
+    if not record_path.is_file():
+        return ReleaseRow(release=release, pinned=pinned, seconds=seconds,
+                          problem=f"pytest exit {code} wrote no run record: "
+                                  f"{_last_line(log_path)} (log {log_path})")
+    try:
+        record = parse_run_json(record_path.read_bytes(), source=str(record_path))
+    except HarnessError as exc:
+        return ReleaseRow(release=release, pinned=pinned, seconds=seconds,
+                          problem=f"unreadable run record: {exc}")
+    return row_from_record(release, record, pinned=pinned, seconds=seconds,
+                           where=str(record_path))
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    # The suites' servers are children of pytest's workers: only the group reaches them.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    # A process stuck in the kernel is left behind; the row already says it hung.
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=_REAP_S)
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "no log"
+    return lines[-1][:300] if lines else "empty log"
