@@ -31,6 +31,7 @@ from harness.planning.kv import (
     server_cache_type,
     uniform_layout,
 )
+from harness.planning.release_rules import NotModelled
 
 KIB = 1024
 
@@ -326,6 +327,35 @@ def test_mtp_blocks_are_checked_and_skipped() -> None:
                    KvRequest(ctx_size=512, cache_type_k="q8_0", cache_type_v="q8_0"))
     assert plan.valid
     assert plan.caches[0].layers == 2
+
+
+@pytest.mark.parametrize(("release", "cached"), [
+    (None, 2),      # unknown release: planned as the pin
+    (11434, 2),     # the pin
+    (10909, 2),     # the first published release that leaves MTP blocks out everywhere
+    (10901, 3),     # the last before it: glm4moe's MTP block owns K/V too
+    (10502, 3),     # issue 23's release: logged "3 layers" on the mtp fixture
+])
+def test_mtp_blocks_own_kv_before_the_release_that_left_them_out(release: int | None,
+                                                                 cached: int) -> None:
+    mtp = facts(architecture="glm4moe", block_count=3, head_count_kv=(1, 1, 1),
+                key_length=32, value_length=32, nextn_predict_layers=1)
+    plan = plan_kv(layout_from_facts(mtp, release), KvRequest(ctx_size=512))
+    assert plan.caches[0].layers == cached
+    # The architectures that already left them out keep doing so.
+    old_filtered = replace(mtp, architecture="step35")
+    assert plan_kv(layout_from_facts(old_filtered, 10502),
+                   KvRequest(ctx_size=512)).caches[0].layers == 2
+
+
+def test_a_release_between_a_rules_ends_is_not_modelled() -> None:
+    mtp = facts(architecture="glm4moe", block_count=3, head_count_kv=(1, 1, 1),
+                key_length=32, value_length=32, nextn_predict_layers=1)
+    with pytest.raises(NotModelled, match=r"not modelled for release 10905: .* after b10901 "
+                                          r"and by b10909"):
+        layout_from_facts(mtp, 10905)
+    # A model without MTP blocks does not depend on the rule.
+    assert layout_from_facts(replace(mtp, nextn_predict_layers=0), 10905).trunk_layers == 3
 
 
 # --- reference 003's layouts from model facts ------------------------------------------

@@ -48,6 +48,7 @@ import gguf
 from harness.errors import ConfigError
 from harness.facts.gpu import STOCK_CACHE_TYPES, FlashAttn
 from harness.facts.model_facts import ModelFacts
+from harness.planning.release_rules import OLD_MTP_KV_FILTERED, Rule, has
 
 #: The ``-ctk``/``-ctv`` values a stock llama-server accepts, in its order.
 SERVER_CACHE_TYPES = STOCK_CACHE_TYPES
@@ -187,8 +188,9 @@ def uniform_layout(n_layers: int, kv_heads: int, head_dim: int, *, name: str = "
     return KvLayout(name, train_context, layers, n_layers)
 
 
-def layout_from_facts(facts: ModelFacts) -> KvLayout:
-    """The model's KV layout as llama.cpp builds it; ConfigError when it is not modelled."""
+def layout_from_facts(facts: ModelFacts, release: int | None = None) -> KvLayout:
+    """The model's KV layout as llama.cpp ``release`` builds it (None: as the pin does);
+    ConfigError when it is not modelled, NotModelled for a release no rule can place."""
     if facts.kv_unmodelled is not None:
         raise ConfigError(f"cannot plan the KV cache of {facts.path}: {facts.kv_unmodelled}")
     loops = max(1, facts.loop_count)
@@ -197,6 +199,10 @@ def layout_from_facts(facts: ModelFacts) -> KvLayout:
                           "blocks is not a layout llama.cpp builds")
     n_all = facts.block_count * loops
     trunk = n_all - facts.nextn_predict_layers
+    # Before MTP_KV_EVERY_ARCH, most architectures gave their MTP blocks K/V as well.
+    mtp_cached = (facts.nextn_predict_layers > 0
+                  and not has(Rule.MTP_KV_EVERY_ARCH, release)
+                  and facts.architecture not in OLD_MTP_KV_FILTERED)
     # gemma3n/gemma4: layers from n_layer_kv_from_start on reuse an earlier layer's cache.
     kv_from_start = n_all - facts.shared_kv_layers
     layers = []
@@ -209,7 +215,7 @@ def layout_from_facts(facts: ModelFacts) -> KvLayout:
         layers.append(KvLayer(
             index=il, kv_heads=facts.head_count_kv[phys], head_k=head_k, head_v=head_v,
             swa=swa, recurrent=recurrent,
-            cached=il < trunk and il < kv_from_start and not recurrent,
+            cached=(il < trunk or mtp_cached) and il < kv_from_start and not recurrent,
         ))
     recurrent_row = 0
     if any(layer.recurrent for layer in layers):
