@@ -25,7 +25,7 @@ from harness.builds.source import (
 )
 from harness.errors import SourceError
 from harness.files import sha256_file, write_json_atomic
-from harness.releases.catalog import PACKAGE, package_version, parse_index_versions, parse_release
+from harness.releases.published import PACKAGE, package_version, parse_index_versions, parse_release
 
 #: How long asking the index for its versions may take.
 INDEX_TIMEOUT_S = 120.0
