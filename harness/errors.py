@@ -55,5 +55,21 @@ class ServerNotReadyError(ServerError):
     """The server stayed alive but did not become ready within the timeout."""
 
 
+class ServerStuckError(ServerError):
+    """The server did not exit after SIGKILL: the kernel holds it (a driver, I/O)."""
+
+
 class ServerApiError(HarnessError):
     """The server's HTTP API answered with an error or an unreadable body, or not at all."""
+
+
+class UnsupportedByBuildError(HarnessError):
+    """A launch needs features the build under test does not offer, so it is not sent.
+
+    ``features`` names each the way a user types it (``--n-cpu-ffn``, ``--spec-type
+    draft-mtp``); the message is the plan's own words for them.
+    """
+
+    def __init__(self, features: tuple[str, ...], message: str) -> None:
+        super().__init__(message)
+        self.features = features

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
+import docker
 import pytest
+from fake_docker import API_VERSION, fake_engine
+from test_bounded_waits import all_gone, hang_program
 
+from harness import bounded
+from harness.builds import base_image
 from harness.builds.base_image import ensure_base_image, host_mirror
-from harness.errors import ConfigError, ToolMissingError
+from harness.errors import BuildError, ConfigError, ToolMissingError
 from harness.planning.base_image import KEY_LABEL, debian_mirror, plan_base_image
 from harness.probes.docker_engine import docker_engine
 
@@ -113,3 +120,31 @@ def test_a_base_image_is_made_runs_and_is_then_a_cache_hit(tmp_path: Path) -> No
     again = ensure_base_image(client, "debian:12", tmp_path)
     assert again.cache_hit
     assert again.image_id == made.image_id
+
+
+def test_a_debootstrap_that_hangs_is_stopped_at_its_limit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(base_image, "DEBOOTSTRAP_LIMIT_S", 1.0)
+    monkeypatch.setattr(bounded, "TERM_GRACE_S", 0.5)
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    with hang_program(tmp_path) as (hangs, pids), fake_engine() as engine:
+        # A debootstrap that says its version, then hangs as one stuck on a mirror does.
+        fake = tools / "debootstrap"
+        fake.write_text(f'#!/bin/sh\n[ "$1" = --version ] && {{ echo 1.0.999; exit 0; }}\n'
+                        f"exec {hangs}\n")
+        fake.chmod(0o755)
+        # The engine has no base image yet: it is made.
+        client = docker.DockerClient(base_url=engine.url, version=API_VERSION, timeout=10)
+        started = time.monotonic()
+        with pytest.raises(BuildError) as raised:
+            ensure_base_image(client, "debian:13", tmp_path / "work")
+        took = time.monotonic() - started
+        client.close()
+        assert all_gone(pids)
+    text = str(raised.value)
+    assert "debootstrap trixie did not finish within its limit of 1 s" in text
+    assert "harness.builds.base_image.DEBOOTSTRAP_LIMIT_S" in text
+    assert "debootstrap-13.log" in text
+    assert took < 1 + 0.5 + 5

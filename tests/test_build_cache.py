@@ -11,15 +11,19 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
+from test_bounded_waits import all_gone, hang_program, lock_held_elsewhere
 
+from harness import bounded
+from harness.builds import native
 from harness.builds.compiler_cache import CCACHE_ENV, NO_CCACHE_FLAG, SOURCE_LINK
-from harness.builds.native import build_server, cached_build
+from harness.builds.native import build_server, builds_dir, cached_build, native_toolchain
 from harness.builds.source import local_source
 from harness.errors import BuildError
-from harness.planning.build_plan import BuildRequest
+from harness.planning.build_plan import BuildRequest, build_key
 from harness.probes.toolchain import compiler_version
 
 FAKE_TREE = Path(__file__).parent / "data" / "fake-llama"
@@ -135,3 +139,41 @@ def test_without_a_compiler_cache_nothing_is_cached_or_linked(
     assert not (built.directory / SOURCE_LINK).exists()
     assert not (tmp_path / "cache" / "ccache").exists()
     assert NO_CCACHE_FLAG in (built.directory / "build.log").read_text()
+
+
+def test_a_hung_build_is_stopped_at_its_limit_with_every_compiler(
+        tmp_path: Path, fake_tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(native, "COMPILE_LIMIT_S", 4.0)
+    monkeypatch.setattr(bounded, "TERM_GRACE_S", 0.5)
+    with hang_program(tmp_path) as (program, pids):
+        request = BuildRequest(extra_cmake_args=(f"-DFAKE_HANG={program}",))
+        started = time.monotonic()
+        with pytest.raises(BuildError) as raised:
+            build_server(tmp_path / "cache", local_source(fake_tree), request, jobs=1)
+        # make or ninja, the shell it ran and the program's own child, which ignored
+        # SIGTERM: all gone.
+        assert all_gone(pids), "a process of the build outlived it"
+    text = str(raised.value)
+    assert "cmake --build ...` did not finish within its limit of 4 s" in text
+    assert "harness.builds.native.COMPILE_LIMIT_S" in text
+    log = Path(text.rsplit("full log: ", 1)[1].split(" ---", maxsplit=1)[0])
+    # Ninja holds a command's output until it ends: the hang is silent, as in the field.
+    assert log.read_text().splitlines()[-1].startswith(f"$ {shutil.which('cmake')} --build")
+    assert not list((tmp_path / "cache" / "builds").glob("*/build.json"))
+    assert time.monotonic() - started < 120  # configure, then 4 s: not the hang's 600 s
+
+
+def test_a_build_lock_held_too_long_names_the_lock_and_its_holder(
+        tmp_path: Path, fake_tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(native, "BUILD_LOCK_WAIT_S", 1.0)
+    cache, source, request = tmp_path / "cache", local_source(fake_tree), BuildRequest()
+    key = build_key(source.digest, request, native_toolchain(request).compiler)
+    lock = builds_dir(cache) / f"{key}.lock"
+    lock.parent.mkdir(parents=True)
+    with lock_held_elsewhere(lock, f"building cpu llama-server {key}") as holder, \
+            pytest.raises(BuildError) as raised:
+        build_server(cache, source, request, jobs=1)
+    text = str(raised.value)
+    assert f"waited 1 s for the lock {lock}" in text
+    assert f"pid {holder.pid} on" in text
+    assert "harness.builds.native.BUILD_LOCK_WAIT_S" in text

@@ -10,8 +10,10 @@ import statistics
 from pathlib import Path
 
 import pytest
+from test_bounded_waits import all_gone, hang_program
 
-from harness import modelgen
+from harness import bounded, modelgen
+from harness.builds import slowed
 from harness.builds.resolve import ensure_build
 from harness.builds.slowed import (
     PATCH_MARKER,
@@ -85,6 +87,23 @@ def test_a_patch_that_does_not_apply_names_it_and_leaves_the_tree_alone(
     assert "pinned source" in str(error.value)
     assert target.read_text() == "int main() { return 0; }\n"
     assert sorted(p.name for p in target.parent.iterdir()) == [target.name]
+
+
+def test_a_patch_run_that_hangs_is_stopped_at_its_limit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(slowed, "PATCH_LIMIT_S", 1.0)
+    monkeypatch.setattr(bounded, "TERM_GRACE_S", 0.5)
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    with hang_program(tmp_path) as (program, pids):
+        program.rename(tools / "patch")  # the `patch` on PATH hangs, as on a stuck disk
+        with pytest.raises(SourceError) as raised:
+            apply_patch(tmp_path)
+        assert all_gone(pids)
+    assert "patch -i slowdowns.patch did not finish within its limit of 1 s" in str(
+        raised.value)
+    assert "harness.builds.slowed.PATCH_LIMIT_S" in str(raised.value)
 
 
 @pytest.mark.parametrize(("fraction", "tps", "wait_us"), [

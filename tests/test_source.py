@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
+from test_bounded_waits import never_answers, serving
 
+from harness import bounded
+from harness.builds import source
 from harness.builds.source import (
     MANIFEST_PATH,
+    fetch_pinned_source,
     hash_tree,
     load_manifest,
     local_source,
@@ -106,3 +112,27 @@ def test_local_source_rejects_a_directory_that_is_not_llama_cpp(tmp_path: Path) 
     tree = local_source(_tree(tmp_path / "ok"))
     assert tree.origin.startswith("local:")
     assert tree.digest == hash_tree(tmp_path / "ok")
+
+
+def test_a_download_from_an_index_that_never_answers_ends_at_its_limit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(source, "DOWNLOAD_LIMIT_S", 6.0)
+    monkeypatch.setattr(bounded, "TERM_GRACE_S", 0.5)
+    # pip's only index is a socket that takes the request and never answers.
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    for name in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PIP_DEFAULT_TIMEOUT", "600")
+    monkeypatch.setenv("PIP_NO_CACHE_DIR", "1")
+    with serving(never_answers) as url:
+        monkeypatch.setenv("PIP_INDEX_URL", f"{url}/simple")
+        started = time.monotonic()
+        with pytest.raises(SourceError) as raised:
+            fetch_pinned_source(tmp_path / "cache")
+        took = time.monotonic() - started
+    text = str(raised.value)
+    assert f"pip download {load_manifest().requirement} did not finish within its limit " \
+        "of 6 s" in text
+    assert "harness.builds.source.DOWNLOAD_LIMIT_S" in text
+    assert "pip-download.log" in text
+    assert took < 6 + 0.5 + 5

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -301,3 +302,42 @@ def test_the_supervisor_stops_at_its_attempt_bound(
     assert len(raised.value.attempts) == 2
     assert "gives up after 2" in raised.value.reason
     assert starts_seen(launcher) == 2
+
+
+def test_a_launch_whose_start_hangs_ends_at_the_launch_deadline(
+        fixture_set: modelgen.FixtureSet, llama_server_binary: Path, tmp_path: Path,
+        harness_build: BuildUnderTest) -> None:
+    fifo = tmp_path / "model.gguf"
+    os.mkfifo(fifo)  # the load blocks reading it: a start that hangs
+    runner = SubprocessRunner(llama_server_binary, tmp_path / "logs", ready_timeout_s=60,
+                              stop_grace_s=1)
+    supervisor = LaunchSupervisor(runner, harness_build.key, BrokenDrafters(),
+                                  read_model_facts(fixture_set.model("dense")), deadline_s=2)
+    started = time.monotonic()
+    with pytest.raises(LaunchFailedError) as raised:
+        supervisor.launch_spec(LaunchSpec(model=fifo, ctx_size=512))
+    assert time.monotonic() - started < 2 + 1 + 10  # not the runner's 60 s
+    error = raised.value
+    assert error.failure.kind is FailureClass.READINESS_TIMEOUT
+    assert "the launch's deadline ran out: its starts may take 2s together" in error.reason
+    assert "load_model" in error.attempts[0].log_text
+
+
+def test_a_launch_whose_starts_keep_failing_ends_at_the_launch_deadline(
+        fixture_set: modelgen.FixtureSet, llama_server_binary: Path, tmp_path: Path,
+        harness_build: BuildUnderTest) -> None:
+    launcher = make_oom_launcher(llama_server_binary, tmp_path / "oom", fail_first=50)
+    # Each start spends 0.4 s bringing its device up, then runs out of memory: the
+    # ladder's four rungs take longer than the launch may.
+    slow = tmp_path / "slow-device-start"
+    slow.write_text(f'#!/bin/sh\nsleep 0.4\nexec {launcher} "$@"\n')
+    slow.chmod(0o755)
+    runner = SubprocessRunner(slow, tmp_path / "logs", ready_timeout_s=60)
+    moe = fixture_set.model("moe")
+    supervisor = LaunchSupervisor(runner, harness_build.key, BrokenDrafters(),
+                                  read_model_facts(moe), deadline_s=1.0)
+    with pytest.raises(LaunchFailedError) as raised:
+        supervisor.launch_spec(LaunchSpec(model=moe, ctx_size=4096, n_cpu_moe=1))
+    assert "the launch's deadline ran out" in raised.value.reason
+    assert raised.value.attempts[-1].outcome is AttemptOutcome.GAVE_UP
+    assert starts_seen(launcher) < 4  # the ladder was cut, not walked to its end

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.bounded import run_step
 from harness.errors import BuildError, ToolMissingError
 from harness.planning.base_image import (
     DEFAULT_COMPONENTS,
@@ -26,6 +27,11 @@ from harness.planning.base_image import (
 
 APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
 LOG_TAIL_LINES = 40
+#: Seconds debootstrap may take: a few minutes from a nearby mirror, far more from a
+#: slow one; a run past this is stuck on the network or a lock.
+DEBOOTSTRAP_LIMIT_S = 3600.0
+#: Seconds a quick tool call (``debootstrap --version``, ``umount --lazy``) may take.
+TOOL_LIMIT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -65,8 +71,12 @@ def _debootstrap_version() -> str:
     if shutil.which("debootstrap") is None:
         raise ToolMissingError("debootstrap is not installed; install it with "
                                "`apt-get install debootstrap` (it makes the local base images)")
-    proc = subprocess.run(["debootstrap", "--version"], capture_output=True, text=True,
-                          check=False)
+    try:
+        proc = subprocess.run(["debootstrap", "--version"], capture_output=True, text=True,
+                              check=False, timeout=TOOL_LIMIT_S)
+    except subprocess.TimeoutExpired as exc:
+        raise BuildError(f"`debootstrap --version` did not answer within "
+                         f"{TOOL_LIMIT_S:g} s; check the debootstrap install") from exc
     return proc.stdout.strip() or "unknown"
 
 
@@ -75,9 +85,18 @@ def _make(client: Any, plan: BaseImagePlan, work_dir: Path) -> str:
     with tempfile.TemporaryDirectory(dir=work_dir, prefix="debootstrap-") as tmp:
         root = Path(tmp) / "root"
         log_path = work_dir / f"debootstrap-{plan.tag.rsplit(':', 1)[1]}.log"
-        with log_path.open("w") as log:
-            code = subprocess.call(plan.debootstrap_argv(str(root)), stdout=log,
-                                   stderr=subprocess.STDOUT)
+        try:
+            with log_path.open("w", buffering=1) as log:
+                code = run_step(plan.debootstrap_argv(str(root)),
+                                step=f"debootstrap {plan.suite}",
+                                limit_s=DEBOOTSTRAP_LIMIT_S, error=BuildError,
+                                setting="harness.builds.base_image.DEBOOTSTRAP_LIMIT_S",
+                                log_path=log_path,
+                                on_line=lambda line: log.write(line + "\n")).code
+        finally:
+            # debootstrap unmounts on exit, SIGTERM included; one stopped harder leaves
+            # the host's /dev or /proc bound inside root, which the cleanup would empty.
+            _unmount_under(root)
         if code != 0:
             tail = log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
             raise BuildError(f"debootstrap {plan.suite} failed (exit {code}); last lines:\n"
@@ -93,3 +112,18 @@ def _make(client: Any, plan: BaseImagePlan, work_dir: Path) -> str:
             changes=[f'LABEL {KEY_LABEL}="{plan.key}"', 'CMD ["/bin/bash"]'])
     image = client.images.get(plan.tag)
     return str(image.id)
+
+
+def _unmount_under(root: Path) -> None:
+    """Detach every mount below ``root``, deepest first (``umount --lazy``)."""
+    try:
+        table = Path("/proc/self/mounts").read_text()
+    except OSError:
+        return
+    # /proc/self/mounts writes a space in a path as \040.
+    points = [line.split()[1].replace("\\040", " ") for line in table.splitlines()
+              if len(line.split()) > 1]
+    below = sorted((p for p in points if p.startswith(f"{root}/")), key=len, reverse=True)
+    for point in below:
+        subprocess.run(["umount", "--lazy", point], capture_output=True, check=False,
+                       timeout=TOOL_LIMIT_S)

@@ -15,23 +15,28 @@ the label ``org.llama-harness.build`` on the final image.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import os
 import tarfile
 import tempfile
+import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import requests
+import urllib3
 from docker.errors import APIError, ImageNotFound
 from docker.errors import BuildError as DockerBuildError
-from filelock import FileLock
+from docker.types.daemon import CancellableStream
 
+from harness.bounded import bounded_lock
 from harness.builds.base_image import ensure_base_image
 from harness.builds.capabilities import parse_capabilities
 from harness.builds.dockerfile import dockerfile_path
@@ -65,6 +70,15 @@ KEY_LABEL = "org.llama-harness.build-key"
 #: The word ``--base`` takes for the backend's local Debian base.
 LOCAL = "local"
 _SKIPPED_TOP = (".git", "build")
+#: Seconds one image build may take: minutes for the CPU image, an hour or more for
+#: CUDA or ROCm with every architecture. Generous, but finite.
+IMAGE_BUILD_LIMIT_S = 4 * 3600.0
+#: Seconds ``llama-server --version`` or ``--help`` may take in the built image, and the
+#: one-line label build after it.
+PROBE_LIMIT_S = 120.0
+#: Seconds a caller waits for another process building the same image: its build, which
+#: that process gives up on by then, plus the probes and the label.
+IMAGE_LOCK_WAIT_S = IMAGE_BUILD_LIMIT_S + 600.0
 
 
 @dataclass(frozen=True)
@@ -90,7 +104,9 @@ def build_image(client: Any, cache: Path, source: SourceTree, request: BuildRequ
     if hit:
         return hit
     directory.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(directory) + ".lock"):
+    with bounded_lock(Path(str(directory) + ".lock"), wait_s=IMAGE_LOCK_WAIT_S,
+                      purpose=f"building the image {tag}", error=BuildError,
+                      setting="harness.builds.container_build.IMAGE_LOCK_WAIT_S"):
         hit = _finished(client, directory, tag)
         if hit:
             return hit
@@ -230,13 +246,17 @@ def _run_build(client: Any, directory: Path, source: SourceTree, backend: Backen
     log_path = directory / "build.log"
     tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
     error: str | None = None
-    with log_path.open("w", encoding="utf-8", buffering=1) as log:
+    limit = IMAGE_BUILD_LIMIT_S
+    deadline = time.monotonic() + limit
+    with log_path.open("w", encoding="utf-8", buffering=1) as log, _cut_off(client, limit):
         log.write(f"$ docker build --network host --tag {tag} "
                   + " ".join(f"--build-arg {k}={v}" for k, v in args.items()) + "\n")
         try:
+            # The timeout bounds the wait for the engine's answer (and each read of it).
             stream = client.api.build(fileobj=_context(source, backend), custom_context=True,
                                       dockerfile="Dockerfile", tag=tag, buildargs=dict(args),
-                                      network_mode="host", rm=True, forcerm=True, decode=True)
+                                      network_mode="host", rm=True, forcerm=True, decode=True,
+                                      timeout=limit)
             for chunk in stream:
                 text = chunk.get("stream") or chunk.get("status") or ""
                 if "error" in chunk:
@@ -249,11 +269,53 @@ def _run_build(client: Any, directory: Path, source: SourceTree, backend: Backen
                         progress(progress_fraction(line), line)
         except (APIError, DockerBuildError) as exc:
             error = str(exc)
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+            error = f"the engine's answer broke off: {exc}"
+    lines = "\n".join(tail)
+    if time.monotonic() >= deadline:
+        raise BuildError(f"the {backend.value} image build did not finish within its limit "
+                         f"of {limit:g} s (harness.builds.container_build.IMAGE_BUILD_LIMIT_S); "
+                         "it was cancelled by closing its connection to the engine.\n"
+                         f"--- last {LOG_TAIL_LINES} lines of the build log ---\n{lines}\n"
+                         f"--- full log: {log_path} ---")
     if error is not None:
-        lines = "\n".join(tail)
         raise BuildError(f"the {backend.value} image build failed: {error}\n"
                          f"--- last {LOG_TAIL_LINES} lines of the build log ---\n{lines}\n"
                          f"--- full log: {log_path} ---")
+
+
+@contextlib.contextmanager
+def _cut_off(client: Any, after_s: float) -> Iterator[None]:
+    """Close every answer ``client`` receives in the block once ``after_s`` have passed.
+
+    A build streams its output as it goes; a read blocked on a silent, hung step is
+    woken by shutting the socket down (docker's own stream cancelling), and the engine
+    cancels a build whose client went away.
+    """
+    answers: list[requests.Response] = []
+    lock = threading.Lock()
+
+    def keep(response: requests.Response, *args: Any, **kwargs: Any) -> requests.Response:
+        with lock:
+            answers.append(response)
+        return response
+
+    def cut() -> None:
+        with lock:
+            for response in answers:
+                with contextlib.suppress(Exception):  # already closed, or never streamed
+                    CancellableStream(None, response).close()
+
+    hooks = client.api.hooks["response"]
+    hooks.append(keep)
+    timer = threading.Timer(after_s, cut)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        hooks.remove(keep)
 
 
 def _run_in_image(client: Any, image: str, flag: str, backend: Backend) -> str:
@@ -263,8 +325,12 @@ def _run_in_image(client: Any, image: str, flag: str, backend: Backend) -> str:
                                          environment=dict(PROBE_ENVIRONMENT.get(backend, {})))
     try:
         container.start()
-        code = container.wait(timeout=120).get("StatusCode")
+        code = container.wait(timeout=PROBE_LIMIT_S).get("StatusCode")
         text = str(container.logs(stdout=True, stderr=True).decode(errors="replace")).strip()
+    except requests.RequestException as exc:
+        raise BuildError(f"llama-server {flag} in {image} did not finish within "
+                         f"{PROBE_LIMIT_S:g} s (harness.builds.container_build.PROBE_LIMIT_S): "
+                         f"{exc}") from exc
     finally:
         container.remove(force=True)
     if code != 0 or not text:
@@ -280,4 +346,5 @@ def _label(client: Any, stage: str, tag: str, info: BuildInfo) -> None:
                   f"{BUILD_LABEL}={json.dumps(record)}\n")
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "Dockerfile").write_text(dockerfile)
-        client.images.build(path=tmp, tag=tag, network_mode="host", rm=True)
+        client.images.build(path=tmp, tag=tag, network_mode="host", rm=True,
+                            timeout=PROBE_LIMIT_S)

@@ -17,14 +17,12 @@ import re
 import shutil
 import subprocess
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from filelock import FileLock
-
+from harness.bounded import bounded_lock, run_step
 from harness.builds.capabilities import parse_capabilities
 from harness.builds.compiler_cache import (
     NO_CCACHE_FLAG,
@@ -52,6 +50,15 @@ from harness.probes.toolchain import Toolchain, find_toolchain
 #: What a build.json holds: BuildInfo.to_json's shape.
 BUILD_SCHEMA = schema_file("build")
 LOG_TAIL_LINES = 40
+#: Seconds CMake's configure step may take (tens of seconds here; minutes where CUDA's
+#: compiler is probed on a slow disk).
+CONFIGURE_LIMIT_S = 1800.0
+#: Seconds ``cmake --build`` may take: about 6 minutes for the CPU server on 2 cores,
+#: an hour or more for CUDA or ROCm with every architecture. Generous, but finite.
+COMPILE_LIMIT_S = 4 * 3600.0
+#: Seconds a caller waits for another process building the same key: its whole build,
+#: which that process gives up on by then, plus the version and --help probes.
+BUILD_LOCK_WAIT_S = CONFIGURE_LIMIT_S + COMPILE_LIMIT_S + 300.0
 _PERCENT = re.compile(r"^\[\s*(\d+)%\]")
 _NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
 
@@ -124,7 +131,9 @@ def build_server(
     if hit:
         return hit
     directory.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(directory) + ".lock"):
+    with bounded_lock(Path(str(directory) + ".lock"), wait_s=BUILD_LOCK_WAIT_S,
+                      purpose=f"building {request.backend.value} llama-server {key}",
+                      error=BuildError, setting="harness.builds.native.BUILD_LOCK_WAIT_S"):
         # Another worker may have finished while this one waited on the lock.
         hit = _load_finished(directory)
         if hit:
@@ -197,16 +206,16 @@ def _compile(directory: Path, source: SourceTree, request: BuildRequest,
     _drop_stale_tree(tree, tools.toolchain.generator, cmake_source)
     log_path = directory / "build.log"
     steps = [
-        configure_argv(tools.toolchain.cmake, str(cmake_source), str(tree),
-                       tools.toolchain.generator, request, toolchain_flags=flags),
-        build_argv(tools.toolchain.cmake, str(tree), jobs),
+        (configure_argv(tools.toolchain.cmake, str(cmake_source), str(tree),
+                        tools.toolchain.generator, request, toolchain_flags=flags), False),
+        (build_argv(tools.toolchain.cmake, str(tree), jobs), True),
     ]
     # Line-buffered so `tail -f build.log` follows a running build.
     with log_path.open("w", encoding="utf-8", buffering=1) as log:
-        for argv in steps:
+        for argv, compiling in steps:
             log.write("$ " + " ".join(argv) + "\n")
             log.flush()
-            _run_logged(argv, log, log_path, progress, env)
+            _run_logged(argv, log, log_path, progress, env, compiling=compiling)
     built = tree / "bin" / SERVER_TARGET
     if not built.is_file():
         raise BuildError(f"the build finished but {built} is missing; see {log_path}")
@@ -217,26 +226,24 @@ def _compile(directory: Path, source: SourceTree, request: BuildRequest,
 
 
 def _run_logged(argv: list[str], log: TextIO, log_path: Path,
-                progress: ProgressCallback | None, env: dict[str, str] | None = None) -> None:
-    tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace", env=env)
-    assert proc.stdout is not None
-    try:
-        for line in proc.stdout:
-            log.write(line)
-            tail.append(line.rstrip("\n"))
-            if progress:
-                progress(progress_fraction(line), line.strip())
-        code = proc.wait()
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
-    if code != 0:
-        lines = "\n".join(tail)
+                progress: ProgressCallback | None, env: dict[str, str] | None = None, *,
+                compiling: bool = False) -> None:
+    """One CMake step, its output into ``log`` and ``progress``, within its limit
+    (``cmake --build``'s when ``compiling``, else the configure's); BuildError with the
+    log's tail when it fails or overruns."""
+    def line_out(line: str) -> None:
+        log.write(line + "\n")
+        if progress:
+            progress(progress_fraction(line), line.strip())
+
+    limit, setting = ((COMPILE_LIMIT_S, "harness.builds.native.COMPILE_LIMIT_S") if compiling
+                      else (CONFIGURE_LIMIT_S, "harness.builds.native.CONFIGURE_LIMIT_S"))
+    run = run_step(argv, step=f"`{' '.join(argv[:2])} ...`", limit_s=limit, setting=setting,
+                   error=BuildError, log_path=log_path, on_line=line_out, env=env)
+    if run.code != 0:
+        lines = "\n".join(run.tail)
         raise BuildError(
-            f"`{' '.join(argv[:2])} ...` failed with exit code {code}.\n"
+            f"`{' '.join(argv[:2])} ...` failed with exit code {run.code}.\n"
             f"--- last {LOG_TAIL_LINES} lines of the build log ---\n{lines}\n"
             f"--- full log: {log_path} ---"
         )

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock
-
+from harness.bounded import bounded_lock, run_step
 from harness.builds.native import BuildResult, ProgressCallback
 from harness.builds.resolve import ensure_build
 from harness.builds.source import MANIFEST_PATH, fetch_pinned_source
@@ -38,6 +36,11 @@ PATCH_MARKER = "// harness: decode slowdown for A/B detection benchmarks"
 PATCHED_FILE = Path("tools/server/server-context.cpp")
 PATCHED_FILES = (PATCHED_FILE, Path("tools/server/server.cpp"),
                  Path("ggml/src/ggml-cpu/ggml-cpu.c"))
+#: Seconds one run of ``patch`` may take (well under one here).
+PATCH_LIMIT_S = 120.0
+#: Seconds a caller waits for another process making the slowed tree: a copy of the
+#: pinned tree and the patch, a minute at most on a slow disk.
+SLOWED_LOCK_WAIT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -85,11 +88,12 @@ def apply_patch(tree: Path, patch: Path = PATCH_PATH) -> None:
     base = [tool, "--batch", "--forward", "--fuzz=0", "--no-backup-if-mismatch",
             "-p1", "-d", str(tree), "-i", str(patch)]
     for argv in ([*base, "--dry-run"], base):
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
+        run = run_step(argv, step=f"patch -i {patch.name}", limit_s=PATCH_LIMIT_S,
+                       setting="harness.builds.slowed.PATCH_LIMIT_S", error=SourceError)
+        if run.code != 0:
             raise SourceError(
-                f"{patch} does not apply to {tree} (patch exit {proc.returncode}):\n"
-                f"{(proc.stdout + proc.stderr).strip()}\n"
+                f"{patch} does not apply to {tree} (patch exit {run.code}):\n"
+                + "\n".join(run.tail).strip() + "\n"
                 f"The pinned source ({MANIFEST_PATH.name}) probably changed: redo the edits "
                 f"in {', '.join(map(str, PATCHED_FILES))} of the new source and regenerate "
                 "the patch with diff -u."
@@ -110,7 +114,9 @@ def slowed_source(cache: Path) -> Path:
     if tree.is_dir():
         return tree
     home.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(tree) + ".lock"):
+    with bounded_lock(Path(str(tree) + ".lock"), wait_s=SLOWED_LOCK_WAIT_S,
+                      purpose=f"making the slowed source {name}", error=SourceError,
+                      setting="harness.builds.slowed.SLOWED_LOCK_WAIT_S"):
         if tree.is_dir():
             return tree  # another process made it while this one waited
         staging = Path(tempfile.mkdtemp(dir=home, prefix=f".{name}-"))

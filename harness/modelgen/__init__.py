@@ -14,9 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock
-
-from harness.errors import UnknownFixtureError
+from harness.bounded import bounded_lock
+from harness.errors import FixtureError, UnknownFixtureError
 from harness.modelgen.cache import ensure_tree, write_tree
 from harness.modelgen.fixture_data import (
     BUNDLES_SUBDIR,
@@ -39,6 +38,7 @@ __all__ = [
     "ensure_fixtures",
     "ensure_large_fixture",
     "fixture_spec_dir",
+    "large_fixture_folder",
     "read_recorded_hashes",
     "record_hashes",
     "write_all",
@@ -50,6 +50,10 @@ FIXTURE_NAMES: tuple[str, ...] = spec_names(SPECS_SUBDIR)
 #: the one the decode-prediction benchmark uses.
 LARGE_SUBDIR = "large"
 LARGE_FIXTURE = "bench-large"
+#: Seconds a caller waits for another process writing the large fixture (about 300 MiB:
+#: under a minute). Half of pytest-timeout's 600 s, so a stuck writer is named in the
+#: test's own failure rather than ending the worker.
+LARGE_LOCK_WAIT_S = 300.0
 #: All bundle names, in spec order.
 BUNDLE_NAMES: tuple[str, ...] = spec_names(BUNDLES_SUBDIR)
 
@@ -108,17 +112,24 @@ def ensure_large_fixture(name: str = LARGE_FIXTURE, cache: Path | None = None) -
         raise UnknownFixtureError(f"unknown large fixture {name!r}; known: "
                                   f"{', '.join(specs)} (specs in "
                                   f"{fixture_spec_dir() / LARGE_SUBDIR})")
-    spec_path = fixture_spec_dir() / LARGE_SUBDIR / f"{name}.json"
-    digest = hashlib.sha256(f"writer {WRITER_VERSION}\n".encode() + spec_path.read_bytes())
-    folder = (cache or cache_root()) / "fixtures-large" / digest.hexdigest()[:16]
+    folder = large_fixture_folder(name, cache)
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{name}.gguf"
-    with FileLock(str(folder / ".lock"), timeout=600):
+    with bounded_lock(folder / ".lock", wait_s=LARGE_LOCK_WAIT_S,
+                      purpose=f"writing the large fixture {name}", error=FixtureError,
+                      setting="harness.modelgen.LARGE_LOCK_WAIT_S"):
         if not target.is_file():
             partial = target.with_suffix(".partial")
             write_model(specs[name], partial)
             partial.replace(target)
     return target
+
+
+def large_fixture_folder(name: str, cache: Path | None = None) -> Path:
+    """Where the large fixture ``name`` is written: named by its spec and the writer."""
+    spec_path = fixture_spec_dir() / LARGE_SUBDIR / f"{name}.json"
+    digest = hashlib.sha256(f"writer {WRITER_VERSION}\n".encode() + spec_path.read_bytes())
+    return (cache or cache_root()) / "fixtures-large" / digest.hexdigest()[:16]
 
 
 def ensure_fixtures(root: Path | None = None) -> FixtureSet:

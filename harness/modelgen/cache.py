@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-
+from harness.bounded import bounded_lock
 from harness.errors import FixtureError
 from harness.files import atomic_write, sha256_file
 from harness.modelgen.fixture_tree import PlannedFile
@@ -51,21 +50,15 @@ def _check_record(files: list[PlannedFile], recorded: Mapping[str, str]) -> None
 def ensure_tree(root: Path, files: list[PlannedFile], recorded: Mapping[str, str]) -> None:
     _check_record(files, recorded)
     root.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(root / LOCK_NAME), timeout=LOCK_TIMEOUT_S)
-    try:
-        with lock:
-            for planned in files:
-                dest, expected = root / planned.rel, recorded[planned.rel]
-                if dest.is_file() and sha256_file(dest) == expected:
-                    continue
-                got = _write(root, planned)
-                if got != expected:
-                    raise FixtureError(
-                        f"{dest}: the writer produced sha256 {got}, but sha256.json records "
-                        f"{expected}; {_REGENERATE}"
-                    )
-    except Timeout as exc:
-        raise FixtureError(
-            f"{root / LOCK_NAME}: waited {LOCK_TIMEOUT_S:.0f}s for another process writing "
-            "fixtures; if none is running, delete the lock file"
-        ) from exc
+    with bounded_lock(root / LOCK_NAME, wait_s=LOCK_TIMEOUT_S, purpose="writing fixtures",
+                      error=FixtureError, setting="harness.modelgen.cache.LOCK_TIMEOUT_S"):
+        for planned in files:
+            dest, expected = root / planned.rel, recorded[planned.rel]
+            if dest.is_file() and sha256_file(dest) == expected:
+                continue
+            got = _write(root, planned)
+            if got != expected:
+                raise FixtureError(
+                    f"{dest}: the writer produced sha256 {got}, but sha256.json records "
+                    f"{expected}; {_REGENERATE}"
+                )

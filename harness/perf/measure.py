@@ -6,6 +6,10 @@ whatever its vocabulary. Time to first token is the client's clock on a streamed
 completion. Peak host memory is the process's ``VmHWM``; VRAM is read through NVML,
 else AMD SMI, where one is installed and answers (the figure is left out otherwise,
 never guessed).
+
+A measurement has a deadline as a whole (``MEASURE_BUDGET_S``) as well as per request:
+it runs just before a server is stopped, inside the test's own time, so a server that
+has started to hang costs one bounded measurement, not the test's pytest-timeout.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import importlib
 import json
 import statistics
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,12 +28,18 @@ import httpx
 import pynvml
 
 from harness.client import ServerClient, shared_pool
+from harness.errors import ServerApiError
 from harness.verdicts.kv_log import parse_kv_cache_lines
 
 #: Token ids 3.. avoid the unknown/BOS/EOS ids (0-2) every fixture vocabulary starts with.
 _FIRST_ORDINARY_ID = 3
 _ID_SPREAD = 200
 FIRST_TOKEN_SAMPLES = 3
+#: Seconds one request of a measurement may take.
+REQUEST_TIMEOUT_S = 60.0
+#: Seconds a whole measurement may take: a few seconds on the fixtures, tens on a large
+#: model; what it is there to catch is a server that has started to hang.
+MEASURE_BUDGET_S = 180.0
 
 
 @dataclass(frozen=True)
@@ -44,32 +55,70 @@ def prompt_ids(n_tokens: int) -> list[int]:
 
 
 def measure_speed(base_url: str, n_prompt: int, n_gen: int, repetitions: int,
-                  timeout_s: float = 60.0) -> SpeedSample:
+                  timeout_s: float = REQUEST_TIMEOUT_S, *,
+                  budget_s: float | None = None) -> SpeedSample:
     """Streamed completions for time to first token, then ``repetitions`` timed ones.
 
     Each speed is the median over the repetitions (one slow outlier does not move it).
+    Each request waits ``timeout_s`` at most, and all of them together ``budget_s``
+    (default ``MEASURE_BUDGET_S``); ServerApiError when either runs out or a request fails.
     """
     prompt = prompt_ids(n_prompt)
+    budget = _Budget(MEASURE_BUDGET_S if budget_s is None else budget_s, base_url)
+    http = shared_pool()  # one process-wide keep-alive pool: borrowed, never closed here
+    # One first-token time is at the mercy of one scheduling hiccup; take the median.
+    firsts: list[float] = []
+    for _ in range(FIRST_TOKEN_SAMPLES):
+        with budget.spending(timeout_s) as allowed:
+            first = _time_to_first_token(http, base_url, prompt, allowed)
+        if first is not None:
+            firsts.append(first)
     prompt_speeds: list[float] = []
     decode_speeds: list[float] = []
-    http = shared_pool()  # one process-wide keep-alive pool: borrowed, never closed here
-    with ServerClient(base_url, timeout_s=timeout_s, http=http) as client:
-        # One first-token time is at the mercy of one scheduling hiccup; take the median.
-        firsts = [t for t in (_time_to_first_token(http, base_url, prompt, timeout_s)
-                              for _ in range(FIRST_TOKEN_SAMPLES)) if t is not None]
-        ttft = statistics.median(firsts) if firsts else None
-        for _ in range(repetitions):
+    for _ in range(repetitions):
+        with budget.spending(timeout_s) as allowed, ServerClient(
+                base_url, timeout_s=allowed, http=http) as client:
             done = client.completion(prompt, n_predict=n_gen, ignore_eos=True)
-            timings = done.raw.get("timings") or {}
-            if timings.get("prompt_per_second"):
-                prompt_speeds.append(float(timings["prompt_per_second"]))
-            if timings.get("predicted_per_second") and done.tokens_predicted > 1:
-                decode_speeds.append(float(timings["predicted_per_second"]))
+        timings = done.raw.get("timings") or {}
+        if timings.get("prompt_per_second"):
+            prompt_speeds.append(float(timings["prompt_per_second"]))
+        if timings.get("predicted_per_second") and done.tokens_predicted > 1:
+            decode_speeds.append(float(timings["predicted_per_second"]))
     return SpeedSample(
-        ttft_ms=ttft,
+        ttft_ms=statistics.median(firsts) if firsts else None,
         prompt_tps=statistics.median(prompt_speeds) if prompt_speeds else None,
         decode_tps=statistics.median(decode_speeds) if decode_speeds else None,
     )
+
+
+class _Budget:
+    """What is left of a measurement's time; each request gets at most that."""
+
+    def __init__(self, total_s: float, base_url: str) -> None:
+        self.total_s = total_s
+        self.base_url = base_url
+        self.deadline = time.monotonic() + total_s
+
+    @contextlib.contextmanager
+    def spending(self, timeout_s: float) -> Iterator[float]:
+        """A request's timeout: ``timeout_s``, or less when less of the budget is left.
+        A request cut short by the budget fails as the budget's, not its own, timeout."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise self._spent()
+        allowed = min(timeout_s, left)
+        try:
+            yield allowed
+        except ServerApiError as exc:
+            if allowed < timeout_s and time.monotonic() >= self.deadline:
+                raise self._spent() from exc
+            raise
+
+    def _spent(self) -> ServerApiError:
+        return ServerApiError(
+            f"measuring {self.base_url} took longer than its budget of {self.total_s:g}s "
+            "(harness.perf.measure.MEASURE_BUDGET_S); the server is too slow for the "
+            "measured lengths, or hanging")
 
 
 def _time_to_first_token(http: httpx.Client, base_url: str, prompt: list[int],
@@ -82,26 +131,40 @@ def _time_to_first_token(http: httpx.Client, base_url: str, prompt: list[int],
     exceeded"; seen with 1024-token prompts). One token ends the task at once. Its
     connection is not kept: a pooled connection that had carried a stream was found
     closed by the server on its next request ("Server disconnected without sending a
-    response", about one server start in three with 1024-token prompts).
+    response", about one server start in three with 1024-token prompts). The whole
+    stream is held to ``timeout_s`` too, not only each read of it.
     """
     payload = {"prompt": prompt, "n_predict": 1, "temperature": 0.0, "stream": True,
                "cache_prompt": False, "ignore_eos": True}
+    url = f"{base_url.rstrip('/')}/completion"
     started = time.perf_counter()
+    deadline = time.monotonic() + timeout_s
     first: float | None = None
-    with http.stream("POST", f"{base_url.rstrip('/')}/completion", json=payload,
-                     headers={"Connection": "close"}, timeout=timeout_s) as response:
-        if response.status_code != 200:
-            return None
-        for line in response.iter_lines():
-            if first is not None or not line.startswith("data:"):
-                continue
-            try:
-                event = json.loads(line[len("data:"):])
-            except ValueError:
-                continue
-            if isinstance(event, dict) and event.get("content") is not None:
-                first = (time.perf_counter() - started) * 1000.0
+    try:
+        with http.stream("POST", url, json=payload, headers={"Connection": "close"},
+                         timeout=timeout_s) as response:
+            if response.status_code != 200:
+                return None
+            for line in response.iter_lines():
+                if time.monotonic() > deadline:
+                    raise ServerApiError(f"the streamed completion at {url} did not end "
+                                         f"within {timeout_s:g}s; the server keeps streaming")
+                if first is None and line.startswith("data:"):
+                    first = _first_token_ms(line, started)
+    except httpx.HTTPError as exc:
+        raise ServerApiError(f"the streamed completion at {url} failed: {exc!r}") from exc
     return first
+
+
+def _first_token_ms(line: str, started: float) -> float | None:
+    """Milliseconds since ``started`` when ``line`` is an event carrying content."""
+    try:
+        event = json.loads(line[len("data:"):])
+    except ValueError:
+        return None
+    if isinstance(event, dict) and event.get("content") is not None:
+        return (time.perf_counter() - started) * 1000.0
+    return None
 
 
 def peak_host_mib(pid: int | None) -> float | None:

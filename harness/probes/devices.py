@@ -13,12 +13,14 @@ a Vulkan device is found. ``infer_backend`` reads both.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import requests
 from docker.errors import DockerException
 
 from harness.errors import BuildError
@@ -38,6 +40,9 @@ _INIT_LINE = re.compile(
     r"ggml_cuda_init: (?:failed to initialize|found \d+) (?P<name>CUDA|ROCm)\b"
     r"|(?P<vulkan>ggml_vulkan: )")
 _INIT_BACKEND = {"CUDA": Backend.CUDA, "ROCm": Backend.ROCM}
+#: Seconds ``--list-devices`` may take, on the host or in a container: a second or two,
+#: longer while a GPU driver initialises; past this the driver is hung.
+LIST_DEVICES_LIMIT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -100,7 +105,7 @@ def run_list_devices(binary: Path) -> DeviceListing:
     """Run ``binary --list-devices``; BuildError only when it cannot run at all."""
     try:
         proc = subprocess.run([str(binary), "--list-devices"], capture_output=True, text=True,
-                              timeout=120, check=False, errors="replace")
+                              timeout=LIST_DEVICES_LIMIT_S, check=False, errors="replace")
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise BuildError(f"{binary} --list-devices did not run: {exc}") from exc
     return DeviceListing(proc.returncode, proc.stdout, proc.stderr)
@@ -125,14 +130,37 @@ def list_devices_in_image(client: Any, image: str,
     kwargs = gpu.to_create_kwargs() if gpu is not None else {}
     environment = dict(gpu.environment) if gpu is not None else {}
     try:
-        output = client.containers.run(image, ["--list-devices"], remove=True,
-                                       network_mode="host", environment=environment,
-                                       stdout=True, stderr=True, **kwargs)
+        # Not containers.run without detach: it follows the log and waits with no end.
+        container = client.containers.create(image, ["--list-devices"], network_mode="host",
+                                             environment=environment, **kwargs)
     except DockerException as exc:
-        raise BuildError(f"{image} --list-devices failed in a container: {exc}; check the "
-                         "image with `harness images` and the GPU access with "
-                         "`harness doctor --backend <backend>`") from exc
+        raise BuildError(_in_container_failed(image, exc)) from exc
+    try:
+        container.start()
+        container.wait(timeout=LIST_DEVICES_LIMIT_S)
+        output = container.logs(stdout=True, stderr=True)
+    except DockerException as exc:
+        raise BuildError(_in_container_failed(image, exc)) from exc
+    except requests.RequestException as exc:
+        raise BuildError(f"{image} --list-devices did not finish in a container within "
+                         f"{LIST_DEVICES_LIMIT_S:g} s (harness.probes.devices."
+                         f"LIST_DEVICES_LIMIT_S): {exc}; a GPU driver that hangs while it "
+                         "initialises does this: `harness doctor --backend <backend>`") from exc
+    finally:
+        _remove(container)
     text = output.decode("utf-8", "replace") if isinstance(output, bytes) else str(output)
     if "Available devices:" not in text:
         raise BuildError(f"{image} --list-devices printed no device list: {text[-1000:]}")
     return parse_device_list(text)
+
+
+def _in_container_failed(image: str, exc: Exception) -> str:
+    return (f"{image} --list-devices failed in a container: {exc}; check the image with "
+            "`harness images` and the GPU access with `harness doctor --backend <backend>`")
+
+
+def _remove(container: Any) -> None:
+    # By force: it kills a listing still running. An engine that does not answer within
+    # its client's own timeout leaves the container behind, not a hung probe.
+    with contextlib.suppress(DockerException, requests.RequestException):
+        container.remove(force=True)

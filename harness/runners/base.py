@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol, Self, TypeVar
+from typing import Protocol, Self, TypeVar, runtime_checkable
 
 from harness.planning.launch import LaunchSpec
 
@@ -67,6 +67,19 @@ class WaitCondition(Protocol):
 
     def pending(self, server: RunningServer) -> str | None:
         """None when satisfied, else what is still awaited."""
+        ...
+
+
+@runtime_checkable
+class TimedCondition(WaitCondition, Protocol):
+    """A readiness check that waits on the server, and can be told for how long at most.
+
+    The readiness wait hands it the time left before its deadline, so a check begun
+    just before the deadline cannot run past it by its own timeout.
+    """
+
+    def pending_within(self, server: RunningServer, timeout_s: float) -> str | None:
+        """As ``pending``, waiting ``timeout_s`` at most (less than its own timeout)."""
         ...
 
 

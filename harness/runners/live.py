@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+from collections.abc import Iterable
 
 from harness.runners.base import RunningServer
 
@@ -34,8 +35,20 @@ def stop_all() -> None:
     """Stop every server this process launched and has not stopped yet."""
     with _lock:
         servers = list(_live.values())
+    stop_each(servers)
+
+
+def stop_each(servers: Iterable[RunningServer]) -> None:
+    """Stop each of ``servers``. One that cannot be stopped (one the kernel holds past
+    SIGKILL raises) does not keep the rest running: the first error is raised last."""
+    errors: list[Exception] = []
     for server in servers:
-        server.stop()
+        try:
+            server.stop()
+        except Exception as exc:  # every server gets its stop before any error goes on
+            errors.append(exc)
+    if errors:
+        raise errors[0]
 
 
 atexit.register(stop_all)

@@ -13,7 +13,9 @@ container command is its arguments. It knows docker, not the harness's server su
   same file they read for a child process.
 - Exit status: known once the log stream has ended and docker reports the status, so a
   failure message always holds the last lines. Docker reports a process killed by signal
-  N as 128+N; it is turned into -N, the subprocess convention.
+  N as 128+N; it is turned into -N, the subprocess convention. Every wait on the engine
+  has a bound (``FOLLOWER_JOIN_S``, ``STATUS_WAIT_S``): an engine that stops answering
+  ends in a removal by force, not a hang.
 - Stopping is SIGTERM, the grace period, SIGKILL (``docker stop``), then removal. Every
   container carries the harness's labels (:mod:`harness.runners.container_labels`), so a
   sweep finds those a killed harness left behind.
@@ -29,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
+import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer
@@ -42,8 +45,12 @@ from harness.runners.launching import DEFAULT_STOP_GRACE_S, LOOPBACK, announced_
 #: SIGRTMAX on Linux.
 _SIGNAL_BASE = 128
 _MAX_SIGNAL = int(signal.SIGRTMAX)
-#: How long stop() waits for the log follower to drain after the container ended.
-_FOLLOWER_JOIN_S = 30.0
+#: How long stop() waits for the log follower to drain after the container ended; then
+#: the log stream is closed under it (an engine that never ends a finished container's
+#: log stream is a known docker failure).
+FOLLOWER_JOIN_S = 30.0
+#: Seconds to wait for docker to report an ended container's exit status.
+STATUS_WAIT_S = 30.0
 #: A partial log line longer than this is not a ``listening on`` line; keep memory bounded.
 _MAX_PARTIAL_LINE = 4096
 
@@ -126,6 +133,8 @@ class LlamaServerContainer(DockerContainer):
         self._status: int | None = None
         self._ended = threading.Event()
         self._follower: threading.Thread | None = None
+        #: The followed log stream, closed by stop() when it does not end by itself.
+        self._log_stream: Any = None
         self._stop_lock = threading.Lock()
         self._removed = False
 
@@ -160,8 +169,9 @@ class LlamaServerContainer(DockerContainer):
         container = self.get_wrapped_container()
         partial = b""
         try:
+            self._log_stream = container.logs(stream=True, follow=True)
             with self.log_path.open("ab") as log:
-                for chunk in container.logs(stream=True, follow=True):
+                for chunk in self._log_stream:
                     log.write(chunk)
                     # Flushed per chunk: readiness and failure messages read the file.
                     log.flush()
@@ -171,19 +181,25 @@ class LlamaServerContainer(DockerContainer):
                         complete, _, partial = (partial + chunk).rpartition(b"\n")
                         self._port = announced_port(complete)
                         partial = partial[-_MAX_PARTIAL_LINE:]
-        except DockerException:
-            pass  # the container was removed under the stream (a sweep); status below
+        except (DockerException, requests.RequestException):
+            pass  # removed under the stream (a sweep), or closed by stop(); status below
         finally:
-            self._status = self._wait_status(container)
-            self._ended.set()
+            status = wait_status(container)
+            # No status in time: the engine is not answering; stop() settles it.
+            if status is not None:
+                self._status = status
+                self._ended.set()
 
-    @staticmethod
-    def _wait_status(container: Any) -> int:
-        try:
-            return status_from_docker(int(container.wait()["StatusCode"]))
-        except DockerException:
-            # Gone before its status could be read: removed by force, which kills.
-            return -signal.SIGKILL
+    def _end_follower(self) -> None:
+        """Let the log follower drain, for ``FOLLOWER_JOIN_S`` at most, then close its stream."""
+        follower = self._follower
+        if follower is None:
+            return
+        follower.join(FOLLOWER_JOIN_S)
+        if follower.is_alive() and self._log_stream is not None:
+            with contextlib.suppress(DockerException, OSError):
+                self._log_stream.close()  # shuts the socket down: the blocked read returns
+            follower.join(STATUS_WAIT_S)
 
     def get_port(self) -> int | None:
         """The port the server announced in its log, or None before it did."""
@@ -208,22 +224,38 @@ class LlamaServerContainer(DockerContainer):
                 return
             container = self._container
             if container is not None:
-                with contextlib.suppress(NotFound):
+                with contextlib.suppress(NotFound, requests.RequestException):
+                    # The client's timeout bounds this past the grace; removal kills.
                     container.stop(timeout=math.ceil(self.stop_grace_s))
-                if self._follower is not None:
-                    self._follower.join(_FOLLOWER_JOIN_S)
-                if not self._ended.is_set():
-                    self._status = self._wait_status(container)
-                    self._ended.set()
+                self._end_follower()
+                status = None if self._ended.is_set() else wait_status(container)
                 try:
                     container.remove(force=force, v=delete_volume)
                 except APIError as exc:
                     # 404: already gone; 409: a sweep is removing it right now.
                     if exc.status_code not in (404, 409):
                         raise
+                finally:
+                    if not self._ended.is_set():
+                        # No status from the engine in time: removed by force, which kills.
+                        self._status = -signal.SIGKILL if status is None else status
+                        self._ended.set()
             self._removed = True
             self.get_docker_client().client.close()
 
     def _short_id(self) -> str:
         container = self._container
         return container.short_id if container is not None else "(not started)"
+
+
+def wait_status(container: Any) -> int | None:
+    """An ended container's exit status (subprocess convention), -SIGKILL when it is gone
+    (removed by force, which kills), None when docker does not say within
+    ``STATUS_WAIT_S``."""
+    try:
+        answer = container.wait(timeout=STATUS_WAIT_S)
+        return status_from_docker(int(answer["StatusCode"]))
+    except DockerException:
+        return -signal.SIGKILL
+    except requests.RequestException:
+        return None

@@ -5,6 +5,10 @@ satisfied or a short text saying what it still waits for. When the deadline pass
 error carries that text, the argv, the exit code and the last log lines, plus a hint, so
 a CI log alone explains the failure. It sits beside the runners because every runner's
 ``start`` waits with it; the supervisor above them waits with it too.
+
+The deadline is kept to the check: a check that calls the server
+(:class:`~harness.runners.base.TimedCondition`) waits at most the time left, and none
+starts once the deadline has passed, so a wait ends within its timeout plus one poll.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import TypeVar
 
 from harness.client import ServerClient, shared_pool
 from harness.errors import ServerApiError, ServerError, ServerExitedError, ServerNotReadyError
-from harness.runners.base import RunningServer, WaitCondition
+from harness.runners.base import RunningServer, TimedCondition, WaitCondition
 from harness.runners.observe import notify_ready
 
 LOG_TAIL_LINES = 40
@@ -55,8 +59,12 @@ class HealthOk:
     timeout_s: float = 2.0
 
     def pending(self, server: RunningServer) -> str | None:
+        return self.pending_within(server, self.timeout_s)
+
+    def pending_within(self, server: RunningServer, timeout_s: float) -> str | None:
         try:
-            with ServerClient(server.base_url, self.timeout_s, shared_pool()) as client:
+            with ServerClient(server.base_url, min(self.timeout_s, timeout_s),
+                              shared_pool()) as client:
                 health = client.health()
         except ServerApiError as exc:
             return f"/health unreachable: {exc}"
@@ -71,8 +79,12 @@ class CompletionReturnsTokens:
     timeout_s: float = 30.0
 
     def pending(self, server: RunningServer) -> str | None:
+        return self.pending_within(server, self.timeout_s)
+
+    def pending_within(self, server: RunningServer, timeout_s: float) -> str | None:
         try:
-            with ServerClient(server.base_url, self.timeout_s, shared_pool()) as client:
+            with ServerClient(server.base_url, min(self.timeout_s, timeout_s),
+                              shared_pool()) as client:
                 completion = client.completion("Hello", n_predict=self.n_predict)
         except ServerApiError as exc:
             return f"/completion failed: {exc}"
@@ -102,7 +114,10 @@ def wait_until_ready(
         while remaining:
             # Liveness is re-checked on every round, so a crash mid-wait is seen at once.
             ProcessAlive().pending(server)
-            pending = remaining[0].pending(server)
+            left = deadline - clock()
+            if left <= 0:
+                break
+            pending = _pending_within(remaining[0], server, left)
             if pending is not None:
                 last_pending = pending
                 break
@@ -117,7 +132,13 @@ def wait_until_ready(
                 hint="a hung load or a model too large for this machine; raise the timeout "
                 "with HARNESS_READY_TIMEOUT if the model is simply slow to load",
             ))
-        sleep(poll_interval_s)
+        sleep(min(poll_interval_s, max(0.0, deadline - clock())))
+
+
+def _pending_within(condition: WaitCondition, server: RunningServer, left_s: float) -> str | None:
+    if isinstance(condition, TimedCondition):
+        return condition.pending_within(server, left_s)
+    return condition.pending(server)
 
 
 ServerT = TypeVar("ServerT", bound=RunningServer)

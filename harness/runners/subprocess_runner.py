@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from harness.errors import ServerError
+from harness.errors import ServerError, ServerStuckError
 from harness.planning.launch import LaunchSpec
 from harness.runners.base import WaitCondition
 from harness.runners.launching import (
@@ -36,9 +36,12 @@ from harness.runners.launching import (
 )
 from harness.runners.live import forget
 from harness.runners.observe import notify_stopping
-from harness.runners.readiness import default_conditions
+from harness.runners.readiness import default_conditions, describe_failure
 
 _PR_SET_PDEATHSIG = 1
+#: Seconds to wait for a server to be reaped after SIGKILL. SIGKILL cannot be caught or
+#: ignored; a process still there after this is held by the kernel.
+KILL_WAIT_S = 10.0
 
 
 class SubprocessServer:
@@ -106,18 +109,35 @@ class SubprocessServer:
         return read_log_text(self._log_path)
 
     def stop(self) -> int | None:
-        """SIGTERM, wait up to the grace period, then SIGKILL. Safe to call twice."""
+        """SIGTERM, wait up to the grace period, then SIGKILL. Safe to call twice.
+
+        ServerStuckError when the process outlives SIGKILL by ``KILL_WAIT_S``: the kernel
+        holds it (a driver or I/O wait), and waiting longer would hang the caller."""
         with self._lock:
-            if self._process.poll() is None:
-                notify_stopping(self)
-                self._process.send_signal(signal.SIGTERM)
-                try:
-                    self._process.wait(self._stop_grace_s)
-                except subprocess.TimeoutExpired:
-                    self._process.kill()
-                    self._process.wait()
-            forget(self)
+            try:
+                if self._process.poll() is None:
+                    notify_stopping(self)
+                    self._process.send_signal(signal.SIGTERM)
+                    try:
+                        self._process.wait(self._stop_grace_s)
+                    except subprocess.TimeoutExpired:
+                        self._process.kill()
+                        self._reap_killed()
+            finally:
+                forget(self)
             return self._process.returncode
+
+    def _reap_killed(self) -> None:
+        try:
+            self._process.wait(KILL_WAIT_S)
+        except subprocess.TimeoutExpired:
+            raise ServerStuckError(describe_failure(
+                self, f"llama-server (pid {self.pid}) did not exit within {KILL_WAIT_S:g} s "
+                "of SIGKILL: the kernel holds it (uninterruptible sleep, state D in "
+                f"/proc/{self.pid}/status)",
+                hint="a GPU driver or a storage device is stuck; the process cannot be "
+                "ended from here, check the driver's kernel log (dmesg)",
+            )) from None
 
     def __enter__(self) -> SubprocessServer:
         return self

@@ -11,7 +11,17 @@ Ported behaviour (references 002 and 003, launch recovery):
 - a GPU out-of-memory start steps one rung down the offload ladder (``ladder.py``: the
   plan's offload first, then ``next_rung`` after each OOM) and retries, until the ladder
   says nothing safer is left;
-- anything else is not a failure a retry can fix: ``LaunchFailedError`` is raised.
+- anything else is not a failure a retry can fix: ``LaunchFailedError`` is raised; a
+  flag the launch sent that the server refused is named a harness bug
+  (``verdicts/refused_flag.py``).
+
+A plan that needs a feature the build lacks is never started: ``launch`` raises
+``UnsupportedByBuildError`` before the first start (the plugin turns it into a skip).
+
+A launch's starts share one deadline (``deadline_s``; by default the longer of
+``DEFAULT_LAUNCH_DEADLINE_S`` and one readiness timeout): each start's readiness wait is
+clipped to the time left, and no retry starts once it has passed, so a launch whose
+starts keep failing ends with its story well before pytest-timeout would end the test.
 
 Every start is recorded as an ``Attempt``: what was launched, its log, how it failed and
 what the supervisor did about it. The attempts come back with the server, or on the
@@ -21,6 +31,7 @@ error when no start served, so a report can always show the whole story.
 from __future__ import annotations
 
 import enum
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -43,6 +54,7 @@ from harness.verdicts.failure import (
     classify_start_failure,
     start_failed_headline,
 )
+from harness.verdicts.refused_flag import refusal_verdict
 
 #: How much of an attempt's log is kept in its record (the tail; a tiny-model start log
 #: is tens of KiB, and at ``-lv 5`` a few hundred at most).
@@ -50,6 +62,11 @@ LOG_KEEP_CHARS = 512 * 1024
 #: A bound on starts per launch. The ladder is finite and the drafter goes at most once,
 #: so this only guards against a runner that misbehaves.
 DEFAULT_MAX_ATTEMPTS = 32
+#: Seconds all the starts of one launch may take together (unless the runner's readiness
+#: timeout is longer: then one full wait). An out-of-memory start fails in seconds, so
+#: this leaves room for a whole ladder; it ends a launch whose starts each hang, half of
+#: pytest-timeout's 600 s into the test.
+DEFAULT_LAUNCH_DEADLINE_S = 300.0
 
 
 class AttemptOutcome(enum.StrEnum):
@@ -125,16 +142,30 @@ class LaunchSupervisor(Generic[S]):
 
     def __init__(self, runner: ServerRunner[S], build_key: str, broken: BrokenDrafters,
                  model_facts: ModelFacts, *, min_ctx_size: int = DEFAULT_MIN_CTX_SIZE,
-                 max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
+                 max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+                 deadline_s: float | None = None) -> None:
         self._runner = runner
         self._build_key = build_key
         self._broken = broken
         self._model = model_facts
         self._min_ctx_size = min_ctx_size
         self._max_attempts = max_attempts
+        self._deadline_s = deadline_s
+
+    @property
+    def deadline_s(self) -> float:
+        """Seconds one launch's starts may take together."""
+        if self._deadline_s is not None:
+            return self._deadline_s
+        return max(DEFAULT_LAUNCH_DEADLINE_S, self._runner.ready_timeout_s)
 
     def launch(self, plan: LaunchPlan) -> SupervisedLaunch[S]:
-        """Start ``plan``; its offload plan is the top of the ladder an OOM walks down."""
+        """Start ``plan``; its offload plan is the top of the ladder an OOM walks down.
+
+        Raises ``UnsupportedByBuildError``, starting nothing, when the build lacks a
+        feature the plan needs.
+        """
+        plan.ensure_sendable()
         notify_planned(plan)
         return self.launch_spec(plan.spec, plan.offload)
 
@@ -149,8 +180,10 @@ class LaunchSupervisor(Generic[S]):
         spec = self._leave_out_known_broken(spec, notes)
         rung = starting_rung(self._model, offload, spec)
         attempts: list[Attempt] = []
+        deadline = time.monotonic() + self.deadline_s
         while True:
-            server, failure = self._start(spec)
+            wait_s = min(self._runner.ready_timeout_s, deadline - time.monotonic())
+            server, failure = self._start(spec, wait_s)
             record = _AttemptRecord(len(attempts) + 1, spec, server, failure, rung)
             if failure is None:
                 attempts.append(record.done(AttemptOutcome.SERVED))
@@ -160,6 +193,12 @@ class LaunchSupervisor(Generic[S]):
             if isinstance(step, _Retry) and record.number >= self._max_attempts:
                 step = (f"{record.number} starts failed and the supervisor gives up after "
                         f"{self._max_attempts}")
+            if time.monotonic() >= deadline and (isinstance(step, _Retry)
+                                                 or _cut_short(failure, wait_s, self._runner)):
+                step = (f"the launch's deadline ran out: its starts may take "
+                        f"{self.deadline_s:g}s together (LaunchSupervisor deadline_s, by "
+                        "default the longer of harness.supervise.supervisor."
+                        "DEFAULT_LAUNCH_DEADLINE_S and one readiness timeout)")
             if isinstance(step, str):
                 attempts.append(record.done(AttemptOutcome.GAVE_UP, step))
                 notify_supervised(attempts, notes)
@@ -167,10 +206,10 @@ class LaunchSupervisor(Generic[S]):
             attempts.append(record.done(AttemptOutcome.RETRIED, step.action))
             spec, rung = step.spec, step.rung
 
-    def _start(self, spec: LaunchSpec) -> tuple[S, StartFailure | None]:
+    def _start(self, spec: LaunchSpec, wait_s: float) -> tuple[S, StartFailure | None]:
         server = self._runner.launch(spec)
         try:
-            wait_until_ready(server, self._runner.conditions, self._runner.ready_timeout_s)
+            wait_until_ready(server, self._runner.conditions, wait_s)
         except ServerExitedError:
             code = server.exit_code()
             server.stop()
@@ -214,7 +253,7 @@ class LaunchSupervisor(Generic[S]):
             return _Retry(apply_rung(spec, following), following,
                           f"stepped down the offload ladder to {following.label} "
                           f"({following.reason})")
-        fix = FIXES.get(failure.kind)
+        fix = FIXES.get(failure.kind) or refusal_verdict(failure, spec)
         return (f"{failure.kind.value} is not a failure a retry can fix"
                 + (f"; {fix}" if fix else ""))
 
@@ -238,6 +277,12 @@ class _AttemptRecord:
         return Attempt(self.number, self.spec, tuple(self.server.argv), self.server.log_path,
                        self.server.log_text()[-LOG_KEEP_CHARS:], self.failure, action,
                        self.rung, outcome)
+
+
+def _cut_short(failure: StartFailure, wait_s: float,
+               runner: ServerRunner[RunningServer]) -> bool:
+    """Whether ``failure`` is a readiness wait the launch's deadline had shortened."""
+    return failure.kind is FailureClass.READINESS_TIMEOUT and wait_s < runner.ready_timeout_s
 
 
 def _drafter_key(spec: LaunchSpec) -> str | None:
