@@ -195,7 +195,8 @@ def _plan_on_4090(fixture_set: modelgen.FixtureSet, build: BuildUnderTest,
         model_path=bundle.text_model, model=target or read_model_facts(bundle.text_model),
         bundle=bundle, drafter_model=read_model_facts(bundle.drafter_path), gpu=RTX_4090,
         configs=load_gpu_configs(), build_key=build.key, per_call=per_call,
-        capabilities=build.info.capabilities if build.info else Capabilities()))
+        capabilities=build.info.capabilities if build.info else Capabilities(),
+        release=build.release))
 
 
 def test_a_drafter_that_would_cost_the_context_window_is_left_out(

@@ -35,6 +35,7 @@ from harness.errors import ServerExitedError
 from harness.facts.build import Backend, Capabilities
 from harness.facts.gpu import GpuInfo
 from harness.facts.model_facts import LayerBytes, ModelFacts
+from harness.planning.build_support import ensure_offered
 from harness.planning.drafter import BrokenDrafters
 from harness.planning.kv import kv_bytes_per_token, layout_from_facts
 from harness.planning.ladder import Rung, Step, ladder_for, next_rung
@@ -43,6 +44,7 @@ from harness.planning.launch_plan import LaunchPlan, PlanRequest, plan_launch
 from harness.planning.offload import (
     COMPUTE_RESERVE_BYTES,
     DEFAULT_MARGIN_BYTES,
+    OVERRIDE_FLAGS,
     OffloadKind,
     all_layers,
 )
@@ -93,6 +95,13 @@ KINDS = {
     "moe": (OffloadKind.N_CPU_MOE, EXPERTS),
     "dense": (OffloadKind.N_CPU_FFN, DENSE_FFN),
 }
+#: fixture → the switches its plan and ladder are about. A build without them gets
+#: another plan (planning/offload.py), which these tests are not about: they skip with
+#: "not supported by this build: FLAG" (fail under --harness-require-features).
+NEEDS = {
+    "moe": (OVERRIDE_FLAGS[OffloadKind.N_CPU_MOE], OVERRIDE_FLAGS[OffloadKind.CPU_MOE]),
+    "dense": (OVERRIDE_FLAGS[OffloadKind.N_CPU_FFN],),
+}
 
 
 def _scaled(facts: ModelFacts) -> ModelFacts:
@@ -106,7 +115,8 @@ def _plan(path: Path, facts: ModelFacts, vram_mib: int, build: BuildUnderTest) -
     return plan_launch(PlanRequest(
         model_path=path, model=facts, gpu=GpuInfo(TEST_GPU, vram_mib), configs=(),
         build_key=build.key, per_call={"ctx_size": CTX, "parallel": 1},
-        capabilities=build.info.capabilities if build.info else Capabilities()))
+        capabilities=build.info.capabilities if build.info else Capabilities(),
+        release=build.release))
 
 
 def _vram_for_the_last_block(path: Path, facts: ModelFacts, build: BuildUnderTest) -> int:
@@ -131,6 +141,8 @@ def planned(request: pytest.FixtureRequest, fixture_set: modelgen.FixtureSet,
             harness_build: BuildUnderTest) -> tuple[str, ModelFacts, LaunchPlan]:
     """A fixture's plan on a GPU that holds only its last block's experts / dense FFN."""
     name: str = request.param
+    ensure_offered(harness_build.info.capabilities if harness_build.info else Capabilities(),
+                   *NEEDS[name])
     path = fixture_set.model(name)
     facts = _scaled(read_model_facts(path))
     plan = _plan(path, facts, _vram_for_the_last_block(path, facts, harness_build),

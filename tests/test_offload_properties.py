@@ -4,14 +4,17 @@
 - more reserved bytes (KV, drafter) never give a less aggressive plan;
 - a plan that pins ``-ngl`` keeps what it places on the GPU within the budget;
 - plans and ladders are deterministic;
-- every ladder is finite and each step is strictly safer than the one before.
+- every ladder is finite and each step is strictly safer than the one before;
+- on a build that lacks override switches, neither the plan nor any rung of its ladder
+  takes their kinds, a substitute still keeps its GPU share within the budget, and more
+  VRAM still never gives a more aggressive plan.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,6 +25,7 @@ from harness.planning.offload import (
     COMPUTE_RESERVE_BYTES,
     DEFAULT_MARGIN_BYTES,
     MIB,
+    OVERRIDE_FLAGS,
     OffloadKind,
     OffloadPlan,
     plan_offload,
@@ -161,3 +165,30 @@ def test_every_ladder_ends_and_each_step_is_strictly_safer(
     assert all(end_reason(rung, min_ctx) is None for rung in rungs[:-1])
     assert "--no-kv-offload" in rungs[-1].flags
     assert rungs[-1].gpu_layers is None
+
+
+#: What a build's ``--help`` may lack: any set of the override switches.
+lacking = st.sets(st.sampled_from(list(OVERRIDE_FLAGS))).map(frozenset)
+
+
+@settings(max_examples=400)
+@given(scenarios(), lacking)
+def test_a_build_without_a_switch_never_gets_its_kind(
+        case: Scenario, unavailable: frozenset[OffloadKind]) -> None:
+    def plan(vram: int) -> OffloadPlan:
+        return plan_offload(case.model, vram, case.kv, case.ram, case.drafter,
+                            unavailable=unavailable)
+
+    result = plan(case.vram)
+    assert result.kind not in unavailable, result.reason
+    assert result.unavailable == unavailable
+    assert (result.wanted is None) == (result == replace(
+        plan_offload(case.model, case.vram, case.kv, case.ram, case.drafter),
+        unavailable=unavailable)), "a plan says what it wanted exactly when it changed"
+    for rung in ladder_for(case.model, result, 8192):
+        assert rung.kind not in unavailable, rung.label
+    if result.gpu_layers is not None and result.exact:
+        assert result.gpu_bytes is not None
+        assert result.gpu_bytes + result.reserve_bytes <= case.vram, result.reason
+    low, high = sorted((case.vram, case.other_vram))
+    assert plan(high).rank <= plan(low).rank

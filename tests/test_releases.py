@@ -14,13 +14,13 @@ from results_fixtures import make_run, outcome
 
 from harness.commands.releases import releases_command
 from harness.errors import ConfigError
+from harness.releases.matrix import Column, ReleaseRow, column_of, render_table, row_from_record
 from harness.releases.published import (
     package_version,
     parse_index_versions,
     parse_release,
     select_releases,
 )
-from harness.releases.matrix import Column, ReleaseRow, column_of, render_table, row_from_record
 from harness.releases.suite_run import run_bounded
 
 PIP_OUTPUT = """\

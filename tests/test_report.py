@@ -31,6 +31,8 @@ from harness.errors import (
     ServerNotReadyError,
     ToolMissingError,
 )
+from harness.planning.launch import LaunchSpec
+from harness.planning.release_rules import RULES, NotModelled, Rule
 from harness.report import allure_meta
 from harness.report.allure import ReportError, generate_report, report_config
 from harness.report.allure_cli import ALLURE_ENV, ALLURE_VERSION, allure_command
@@ -57,6 +59,7 @@ from harness.verdicts.gpu_use import (
 )
 from harness.verdicts.log_blocks import BlockRole
 from harness.verdicts.plan_check import Mismatch
+from harness.verdicts.refused_flag import refusal_verdict
 
 #: The tiny suite (tests/data/allure/tiny_suite/README.md), copied in as test_<name>.py.
 TINY_SUITE = Path(__file__).parent / "data" / "allure" / "tiny_suite"
@@ -130,7 +133,7 @@ def test_environment_file_is_sorted_ascii(tmp_path: Path) -> None:
 
 #: The categories in their order: one per failure class and per failing GPU state, named
 #: after the member, between the harness's own.
-EXPECTED_NAMES = ["Known flake", "Build failure",
+EXPECTED_NAMES = ["Known flake", "Build failure", "Harness bug: a sent flag was refused",
                   *(f"Start failure: {kind.value}" for kind in FailureClass),
                   *(f"GPU use: {state.value}" for state in FAILING_STATES),
                   "Infrastructure / timeout", "Plan-forwarding mismatch"]
@@ -224,6 +227,7 @@ _OOM = classify_start_failure(1, "E llama_model_load: unable to allocate CUDA0 b
                                  "E llama_model_load_from_file_impl: failed to load model\n",
                               timed_out=False)
 _TIMEOUT = StartFailure(FailureClass.READINESS_TIMEOUT, "I srv load_model: loading model")
+_REFUSED = classify_start_failure(1, "error: invalid argument: --n-cpu-ffn\n", timed_out=False)
 _PLAN = AssertionError("the server does not report the plan:\n"
                        + str(Mismatch("ctx_size", 1024, 512)) + "\nassert not ['ctx_size: …']")
 _ASSERTION_TRACE = "    assert _moved(launch.server) == planned_names\n\n{}:182: AssertionError"
@@ -252,6 +256,11 @@ REAL_MESSAGES: list[tuple[str, str, str, str, str | None]] = [
     # A suite's check on the classes names two of them: the suite's own failure, no start's.
     ("drafter-assert", "AssertionError: assert <FailureClass.OUT_OF_MEMORY: 'out-of-memory'> "
      "is <FailureClass.DRAFTER_LOAD: 'drafter-load'>", "", "failed", None),
+    # The supervisor's reason for a flag the launch itself sent: the harness's bug.
+    ("refused-planned-flag", _message(LaunchFailedError(
+        _REFUSED, (), "unknown-flag is not a failure a retry can fix; " + str(refusal_verdict(
+            _REFUSED, LaunchSpec(model=Path("m.gguf"), n_cpu_ffn=1))))), "", "broken",
+     "Harness bug: a sent flag was refused"),
     ("oom", _message(LaunchFailedError(
         _OOM, (), "out of memory on every rung of the offload ladder (tried: 1. all layers on "
         "the GPU); the context is at its floor")), "", "broken", "Start failure: out-of-memory"),
@@ -268,6 +277,10 @@ REAL_MESSAGES: list[tuple[str, str, str, str, str | None]] = [
      "failed", "GPU use: no-devices"),
     ("require-gpu", "Failed: this run requires cuda: /opt/llama-server --list-devices shows "
      "no cuda device", "", "failed", "Infrastructure / timeout"),
+    # suites/test_plan_forwarding.py's finding for a release between a rule's two ends.
+    ("not-modelled", "Failed: " + str(NotModelled(RULES[Rule.MTP_KV_EVERY_ARCH], 10905))
+     + "; observed: kv cache 512 cells x 3 layers", "", "failed",
+     "Release not modelled by the harness"),
     ("plan", _message(_PLAN), "", "failed", "Plan-forwarding mismatch"),
     ("plan-suite", "AssertionError: assert 'rtx-4090' == 'rtx-3090'",
      _ASSERTION_TRACE.format("suites/test_plan_forwarding.py"), "failed",

@@ -37,6 +37,11 @@ class BuildUnderTest:
     def key(self) -> str:
         return self.info.key if self.info else f"binary:{self.binary}"
 
+    @property
+    def release(self) -> int | None:
+        """The llama.cpp release number of the build, None when nothing names it."""
+        return self.info.release.number if self.info else None
+
 
 def run_image(build: BuildUnderTest, runner: str, named_image: str | None) -> str | None:
     """The image a run's servers start in, when known without building one: a container

@@ -25,9 +25,9 @@ from harness.errors import ConfigError, HarnessError
 from harness.files import write_json_atomic
 from harness.paths import cache_root
 from harness.planning.build_plan import BuildRequest
+from harness.releases.matrix import ReleaseRow, render_table
 from harness.releases.published import parse_release, select_releases
 from harness.releases.release_source import available_releases, fetch_release, pinned_release
-from harness.releases.matrix import ReleaseRow, render_table
 from harness.releases.suite_run import DEFAULT_SUITE_TIMEOUT_S, SuiteRun, run_suites
 
 

@@ -6,6 +6,8 @@ import enum
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from harness.facts.release import Release, name_release
+
 
 class Backend(enum.StrEnum):
     """The ggml backends the harness builds; values are the ``--backend`` option's words.
@@ -74,6 +76,12 @@ class BuildInfo:
         origin = self.source_origin if len(self.source_origin) <= 512 else (
             "…" + self.source_origin[-511:])
         return f"{first[:256]}; source {origin} ({kind} {self.source_digest[:16]})"
+
+    @property
+    def release(self) -> Release:
+        """The llama.cpp release this build is (``facts/release.py``): from ``--version``,
+        else the source package's version, else the tree."""
+        return name_release(self.version, self.source_origin, self.source_digest)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

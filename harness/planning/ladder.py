@@ -17,6 +17,10 @@ KV-buffer OOM), then halving an explicitly launched context down to a floor. A c
 the launch left to the server is not shrunk: an explicit ``-c`` would switch off the
 server's own ``--fit`` of the context and could ask for more than it had chosen.
 
+A rung never asks for a switch the build lacks: the plan's ``unavailable`` kinds ride on
+every rung, so a MoE launch on a build without ``--cpu-moe`` goes from its plan straight
+to the layer count (a plan itself avoids them, ``offload.py``).
+
 Every step is strictly safer on ``Safety``'s componentwise order, and each component
 can only move a bounded number of times, so every ladder is finite.
 """
@@ -27,7 +31,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from harness.facts.model_facts import ModelFacts
-from harness.planning.offload import OffloadKind, OffloadPlan, all_layers, offload_flags
+from harness.planning.offload import OffloadKind, OffloadPlan, offload_flags
 
 #: The smallest context the context rung halves down to (ours: below a couple of thousand
 #: tokens a chat server stops being useful, so the ladder ends there instead).
@@ -96,6 +100,8 @@ class Rung:
     ctx_size: int | None
     moe: bool
     block_count: int
+    #: Offload kinds whose switch the build lacks: no rung takes them.
+    unavailable: frozenset[OffloadKind] = frozenset()
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -121,7 +127,8 @@ def first_rung(model: ModelFacts, plan: OffloadPlan, ctx_size: int | None = None
     """The ladder's top: the launch as planned, with ``ctx_size`` as launched (or None)."""
     flags = " ".join(plan.flags) or "no offload flags"
     return Rung(Step.PLANNED, f"as planned: {flags}", plan.reason, plan.kind, plan.n,
-                plan.gpu_layers, True, ctx_size, model.is_moe, model.block_count)
+                plan.gpu_layers, True, ctx_size, model.is_moe, model.block_count,
+                plan.unavailable)
 
 
 def next_rung(current: Rung, min_ctx_size: int = DEFAULT_MIN_CTX_SIZE) -> Rung | None:
@@ -153,7 +160,8 @@ def _advance(current: Rung, min_ctx_size: int) -> Rung | str:
     if min_ctx_size < 1:
         raise ValueError(f"min_ctx_size must be at least 1, got {min_ctx_size}")
     oom = "GPU out of memory at start"
-    if current.moe and current.kind is not OffloadKind.CPU_MOE:
+    if (current.moe and current.kind is not OffloadKind.CPU_MOE
+            and OffloadKind.CPU_MOE not in current.unavailable):
         # Reference 003 goes from a partial split straight to every expert; from no split
         # the pin is not added, so the step is safer on every count.
         return replace(current, step=Step.ALL_EXPERTS_TO_CPU, kind=OffloadKind.CPU_MOE,
@@ -168,7 +176,7 @@ def _advance(current: Rung, min_ctx_size: int) -> Rung | str:
     if current.gpu_layers is not None:
         return replace(current, step=Step.LAYERS_TO_ENGINE, gpu_layers=None,
                        label=f"GPU layer count left to llama-server (no -ngl "
-                             f"{all_layers(current.block_count)})",
+                             f"{current.gpu_layers})",
                        reason=f"{oom} — keeping the offload and letting llama-server's fit "
                               "drop whole layers to the CPU")
     if current.kv_offload:
@@ -186,7 +194,9 @@ def _advance(current: Rung, min_ctx_size: int) -> Rung | str:
 
 
 def _nothing_safer(current: Rung, min_ctx_size: int) -> str:
-    if current.moe:
+    if current.moe and OffloadKind.CPU_MOE in current.unavailable:
+        what = "the build has no --cpu-moe to move the experts to system RAM"
+    elif current.moe:
         what = ("every expert is in system RAM (dropping --cpu-moe would put them back on the "
                 "GPU)")
     elif current.kind is OffloadKind.N_CPU_FFN:

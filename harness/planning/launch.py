@@ -150,3 +150,10 @@ _SWITCH_BY_FLAG: dict[str, tuple[str, bool]] = {
 def emitted_flags() -> tuple[str, ...]:
     """Every flag ``to_argv`` can produce, for checking against a build's ``--help``."""
     return ("--host", "--port", *_BY_FLAG, *_SWITCH_BY_FLAG)
+
+
+def field_of_flag(flag: str) -> str | None:
+    """The ``LaunchSpec`` field ``flag`` sets, None for a flag no field writes."""
+    if flag in _BY_FLAG:
+        return _BY_FLAG[flag][0]
+    return _SWITCH_BY_FLAG[flag][0] if flag in _SWITCH_BY_FLAG else None

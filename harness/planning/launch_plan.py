@@ -3,8 +3,16 @@
 The caller gathers the facts (GGUF header, GPU, configs, build capabilities, the
 ``HARNESS_*`` environment) and passes them in; this module only decides, in order:
 route → autotune (catalog defaults under card → bundle → call → env) → cache types the
-build accepts → drafter → KV cache → offload. Every field of the resulting
-``LaunchSpec`` records the layer that set it.
+build accepts → drafter → KV cache → offload (with the switches the build has) → the
+whole launch against the build's ``--help``. Every field of the resulting ``LaunchSpec``
+records the layer that set it.
+
+What the build lacks is recorded two ways, for two readers. Each feature it lacks is a
+``not-supported`` ``PlanWarning`` ("not supported by this build: --n-cpu-ffn", with the
+substitute where there is one), so the report shows it beside the plan's other
+decisions. What the launch still needs is also the field ``unsupported``, because code
+acts on it: such a plan is never sent (``ensure_sendable``), and the suites skip the test
+with those words, or fail it under ``--harness-require-features``.
 """
 
 from __future__ import annotations
@@ -15,13 +23,19 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, UnsupportedByBuildError
 from harness.facts.build import Capabilities
 from harness.facts.catalog import Bundle, CatalogEntry
 from harness.facts.gpu import ForkKvType, GpuConfig, GpuInfo, ServerSettings
 from harness.facts.model_facts import ModelFacts
 from harness.planning.autotune import ENV_PREFIX, TuneResult, autotune
-from harness.planning.capability import PlanWarning, fit_cache_types
+from harness.planning.build_support import unavailable_offload_kinds, unsupported_features
+from harness.planning.capability import (
+    NOT_SUPPORTED_CODE,
+    PlanWarning,
+    fit_cache_types,
+    not_supported_reason,
+)
 from harness.planning.drafter import DrafterDecision, DrafterInputs, KvOutcome, decide_drafter
 from harness.planning.fitting import FitInputs, max_context_at
 from harness.planning.kv import (
@@ -33,8 +47,9 @@ from harness.planning.kv import (
     layout_from_facts,
     plan_kv,
 )
-from harness.planning.launch import LaunchSpec
-from harness.planning.offload import OffloadKind, OffloadPlan, plan_offload
+from harness.planning.launch import LaunchSpec, field_of_flag
+from harness.planning.offload import OVERRIDE_FLAGS, OffloadKind, OffloadPlan, plan_offload
+from harness.planning.release_rules import NOT_MODELLED, NotModelled
 from harness.planning.routing import OVERRIDE_VARIABLE, RouteDecision, decide_backend
 
 #: Origins of fields the planner sets itself, beside autotune's card/bucket/bundle/call/env.
@@ -68,6 +83,9 @@ class PlanRequest:
     broken_drafters: frozenset[tuple[str, str]] = frozenset()
     fork_kv_types: tuple[ForkKvType, ...] = ()
     ram_budget_bytes: int | None = None
+    #: The llama.cpp release of the build (``BuildInfo.release.number``): the KV model
+    #: follows that release's rules (planning/release_rules.py). None: planned as the pin.
+    release: int | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +102,22 @@ class LaunchPlan:
     origins: Mapping[str, str]
     reasons: tuple[str, ...]
     warnings: tuple[PlanWarning, ...]
+    #: Features the launch sends that the build lacks, with no substitute: the plan is
+    #: not sent (``ensure_sendable``). Empty for every plan a build can start.
+    unsupported: tuple[str, ...] = ()
+
+    @property
+    def not_supported(self) -> tuple[str, ...]:
+        """Every feature the plan wanted that the build lacks: substituted or not."""
+        return tuple(w.wanted for w in self.warnings if w.code == NOT_SUPPORTED_CODE)
+
+    def ensure_sendable(self) -> None:
+        """Raise ``UnsupportedByBuildError`` when the build lacks what this plan needs, so
+        that it is never sent. (A test resting on a feature the planner may substitute
+        asks the build itself: ``build_support.ensure_offered``.)"""
+        if self.unsupported:
+            raise UnsupportedByBuildError(self.unsupported,
+                                          not_supported_reason(self.unsupported))
 
     def to_argv(self, binary: str, host: str, port: int) -> list[str]:
         return self.spec.to_argv(binary, host, port)
@@ -100,9 +134,11 @@ class LaunchPlan:
             "kv": _kv_json(self.kv),
             "offload": None if self.offload is None else {
                 "kind": self.offload.kind.value, "n": self.offload.n,
-                "gpu_layers": self.offload.gpu_layers, "reason": self.offload.reason},
+                "gpu_layers": self.offload.gpu_layers, "reason": self.offload.reason,
+                "wanted": self.offload.wanted.value if self.offload.wanted else None},
             "reasons": list(self.reasons),
             "warnings": [vars(w) for w in self.warnings],
+            "unsupported": list(self.unsupported),
             "argv": self.to_argv(binary, "127.0.0.1", 0),
         }
 
@@ -144,6 +180,8 @@ def plan_launch(request: PlanRequest) -> LaunchPlan:
         launch["drafter"] = Path(drafter.drafter_path)
         origins["drafter"] = DRAFTER
     offload = _plan_offload(request, kv, drafter, tune.config, reasons)
+    if offload is not None and offload.wanted is not None:
+        warnings.append(_offload_substitute(offload))
     if offload is not None:
         if offload.gpu_layers is not None:
             settings = settings.overlaid(ServerSettings(n_gpu_layers=offload.gpu_layers))
@@ -152,12 +190,19 @@ def plan_launch(request: PlanRequest) -> LaunchPlan:
             launch[name] = value
             origins[name] = OFFLOAD
     spec = LaunchSpec.from_settings(request.model_path, settings, **launch)
+    unsupported = unsupported_features(spec, request.capabilities)
+    for feature in unsupported:
+        warnings.append(PlanWarning(
+            NOT_SUPPORTED_CODE, _field_of(feature), feature, "",
+            f"{not_supported_reason([feature])}; no substitute keeps the launch's meaning, "
+            "so it is not sent"))
     return LaunchPlan(
         route=route, spec=spec, catalog=catalog,
         bundle_root=request.bundle.root if request.bundle else None, tune=tune,
         drafter=drafter, kv=kv, offload=offload,
         origins=MappingProxyType(dict(sorted(origins.items()))),
         reasons=tuple(r for r in reasons if r), warnings=tuple(warnings),
+        unsupported=unsupported,
     )
 
 
@@ -180,7 +225,7 @@ def _decide_drafter(request: PlanRequest, catalog: CatalogEntry | None,
     with_drafter = without = None
     resident = 0
     free: int | None = None
-    per_token = _kv_bytes_per_token(request.model)
+    per_token = _kv_bytes_per_token(request.model, request.release)
     if (request.gpu is not None and config is not None and settings.ctx_size
             and per_token is not None):
         # The drafter's weights take VRAM the target's KV could have had: fit the
@@ -206,10 +251,10 @@ def _decide_drafter(request: PlanRequest, catalog: CatalogEntry | None,
     ))
 
 
-def _kv_bytes_per_token(model: ModelFacts) -> int | None:
+def _kv_bytes_per_token(model: ModelFacts, release: int | None) -> int | None:
     try:
-        return kv_bytes_per_token(layout_from_facts(model))
-    except ConfigError:
+        return kv_bytes_per_token(layout_from_facts(model, release))
+    except (ConfigError, NotModelled):
         return None  # an unmodelled layout: _plan_kv records the warning
 
 
@@ -227,7 +272,7 @@ def _fit_inputs(request: PlanRequest, config: GpuConfig, drafter_bytes: int,
 def _plan_kv(request: PlanRequest, settings: ServerSettings,
              warnings: list[PlanWarning]) -> KvPlan | None:
     try:
-        kv = plan_kv(layout_from_facts(request.model), KvRequest(
+        kv = plan_kv(layout_from_facts(request.model, request.release), KvRequest(
             ctx_size=settings.ctx_size, parallel=settings.parallel,
             batch_size=settings.batch_size, ubatch_size=settings.ubatch_size,
             cache_type_k=settings.cache_type_k or "f16",
@@ -238,6 +283,12 @@ def _plan_kv(request: PlanRequest, settings: ServerSettings,
         # An unmodelled architecture or a cache type with no known block layout: the
         # plan still stands, without a KV figure, and the report says why.
         warnings.append(PlanWarning("kv-unplanned", "kv", "", "", str(exc)))
+        return None
+    except NotModelled as exc:
+        # The build's release lies where a rule changed and no published release says
+        # which side it is on: no KV figure is planned, and the warning's words (the
+        # "not modelled" finding) reach the report instead of a plan mismatch.
+        warnings.append(PlanWarning(NOT_MODELLED, "kv", "", "", str(exc)))
         return None
     asked = settings.ctx_size
     if asked and kv.n_ctx != asked:
@@ -266,10 +317,26 @@ def _plan_offload(request: PlanRequest, kv: KvPlan | None, drafter: DrafterDecis
         request.model, (request.gpu.vram_mib - headroom) << 20,
         kv.total_bytes if kv and kv.valid else 0,
         request.ram_budget_bytes if request.ram_budget_bytes is not None else _UNBOUNDED_RAM,
-        drafter_bytes,
+        drafter_bytes, unavailable=unavailable_offload_kinds(request.capabilities),
     )
     reasons.append(plan.reason)
     return plan
+
+
+def _offload_substitute(plan: OffloadPlan) -> PlanWarning:
+    """The warning of an offload plan that took another kind than it wanted."""
+    assert plan.wanted is not None
+    used = OVERRIDE_FLAGS.get(plan.kind, plan.kind.value)
+    if plan.gpu_layers is not None and plan.kind is OffloadKind.LAYER_SPLIT:
+        used = f"--n-gpu-layers {plan.gpu_layers}"
+    return PlanWarning(NOT_SUPPORTED_CODE, plan.wanted.value, OVERRIDE_FLAGS[plan.wanted],
+                       used, plan.reason)
+
+
+def _field_of(feature: str) -> str:
+    """The ``LaunchSpec`` field a feature's flag sets, or the flag where none does."""
+    flag = feature.partition(" ")[0]
+    return field_of_flag(flag) or flag
 
 
 def _offload_switches(plan: OffloadPlan) -> dict[str, Any]:

@@ -20,6 +20,14 @@ Ported behaviour (reference 003, its offload planner):
   split and leaves whole-layer fitting to llama-server (``--fit``): reference 003 has
   deliberately no estimate-only dense split, because it pins ``-ngl``.
 
+A build that lacks a switch the plan would use (its ``--help`` is the judge,
+``build_support.py``) gets the nearest plan it can run, and the plan says so
+(``OffloadPlan.wanted``): without ``--n-cpu-moe``, ``--cpu-moe`` pinned (every expert
+rather than a prefix of them, so it fits wherever the split did); without that either, or
+without ``--n-cpu-ffn``, a plain ``-ngl`` split (``layer_split``: the output layer and the
+largest trailing run of whole blocks that fits go to the GPU, the rest stays on the CPU),
+which every llama-server has; with no per-layer sizes to size one, the engine's fit.
+
 Reserves beside the weights, per reference 003: a 1 GiB headroom margin for the driver,
 the OS and other processes, a flat 512 MiB for llama-server's compute buffers, the KV
 cache, and a drafter's resident bytes. The estimate tier (no per-layer sizes) prices the
@@ -31,10 +39,11 @@ memory-mapped from the file), and so does this module.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from harness.facts.model_facts import LayerBytes, ModelFacts
+from harness.planning.capability import not_supported_reason
 
 MIB = 1024**2
 GIB = 1024**3
@@ -53,13 +62,16 @@ class OffloadKind(Enum):
     (``common/arg.cpp``: ``--n-cpu-moe``, ``--cpu-moe``, ``--n-cpu-ffn``). ``none`` and
     ``engine_fit`` are reference 003's two "no decision" outcomes told apart: ``none``
     because everything fits, ``engine_fit`` because it does not and no split applies, so
-    llama-server's ``--fit`` drops whole layers to the CPU.
+    llama-server's ``--fit`` drops whole layers to the CPU. ``layer_split`` is ours: the
+    plan pins ``-ngl`` to the whole layers that fit, for a build without the override
+    switch the plan wanted.
     """
 
     NONE = "none"
     N_CPU_MOE = "n_cpu_moe"
     CPU_MOE = "cpu_moe"
     N_CPU_FFN = "n_cpu_ffn"
+    LAYER_SPLIT = "layer_split"
     ENGINE_FIT = "engine_fit"
 
 
@@ -70,19 +82,28 @@ _STAGE: dict[OffloadKind, int] = {
     OffloadKind.N_CPU_MOE: 1,
     OffloadKind.N_CPU_FFN: 1,
     OffloadKind.CPU_MOE: 2,
+    # Whole blocks, attention and KV included, leave the GPU: more than every expert.
+    OffloadKind.LAYER_SPLIT: 2,
     OffloadKind.ENGINE_FIT: 3,
+}
+
+
+#: The override switch of each kind that has one (common/arg.cpp); the other kinds send
+#: only ``-ngl``, which every llama-server has.
+OVERRIDE_FLAGS: dict[OffloadKind, str] = {
+    OffloadKind.N_CPU_MOE: "--n-cpu-moe",
+    OffloadKind.CPU_MOE: "--cpu-moe",
+    OffloadKind.N_CPU_FFN: "--n-cpu-ffn",
 }
 
 
 def offload_flags(kind: OffloadKind, n: int | None, gpu_layers: int | None) -> tuple[str, ...]:
     """The llama-server flags for an offload choice (shared by plans and ladder rungs)."""
     flags: list[str] = []
-    if kind is OffloadKind.N_CPU_MOE:
-        flags += ["--n-cpu-moe", str(n)]
+    if kind in (OffloadKind.N_CPU_MOE, OffloadKind.N_CPU_FFN):
+        flags += [OVERRIDE_FLAGS[kind], str(n)]
     elif kind is OffloadKind.CPU_MOE:
-        flags.append("--cpu-moe")
-    elif kind is OffloadKind.N_CPU_FFN:
-        flags += ["--n-cpu-ffn", str(n)]
+        flags.append(OVERRIDE_FLAGS[kind])
     if gpu_layers is not None:
         flags += ["-ngl", str(gpu_layers)]
     return tuple(flags)
@@ -118,6 +139,10 @@ class OffloadPlan:
     #: True when the decision came from exact per-layer tensor sizes.
     exact: bool
     reason: str
+    #: The kinds the build lacks the switch of (the planner and the ladder avoid them).
+    unavailable: frozenset[OffloadKind] = frozenset()
+    #: The kind the plan would have taken on a build with every switch; None when it did.
+    wanted: OffloadKind | None = None
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -146,19 +171,32 @@ class _Budget:
 def plan_offload(model: ModelFacts, vram_budget_bytes: int, kv_bytes: int,
                  ram_budget_bytes: int, drafter_bytes: int = 0, *,
                  margin_bytes: int = DEFAULT_MARGIN_BYTES,
-                 compute_reserve_bytes: int = COMPUTE_RESERVE_BYTES) -> OffloadPlan:
+                 compute_reserve_bytes: int = COMPUTE_RESERVE_BYTES,
+                 unavailable: frozenset[OffloadKind] = frozenset()) -> OffloadPlan:
     """Plan where ``model``'s weights go for a launch.
 
     ``vram_budget_bytes``: GPU memory this launch may use (0 or less: no GPU);
     ``kv_bytes``: the KV cache the launch allocates on the GPU; ``ram_budget_bytes``: the
     system RAM the moved weights may take (the caller passes the smaller of a configured
-    budget and the free RAM); ``drafter_bytes``: a speculative drafter's resident bytes.
+    budget and the free RAM); ``drafter_bytes``: a speculative drafter's resident bytes;
+    ``unavailable``: kinds whose switch the build lacks (``build_support.py``).
     Raises ValueError when ``model.layer_bytes`` is present but not one entry per block.
     """
     margin = max(0, margin_bytes)
     reserves = margin + max(0, kv_bytes) + max(0, compute_reserve_bytes) + max(0, drafter_bytes)
     budget = _Budget(vram_budget_bytes, margin, reserves)
     layers = _ordered_layers(model)
+    ideal = _plan_ideal(model, layers, budget, ram_budget_bytes)
+    if ideal.kind not in unavailable:
+        return replace(ideal, unavailable=unavailable)
+    return replace(_substitute(ideal, model, layers, budget, unavailable),
+                   unavailable=unavailable, wanted=ideal.kind)
+
+
+def _plan_ideal(model: ModelFacts, layers: tuple[LayerBytes, ...], budget: _Budget,
+                ram_budget_bytes: int) -> OffloadPlan:
+    """The plan on a build with every switch (reference 003's planner)."""
+    vram_budget_bytes = budget.vram
     if vram_budget_bytes <= 0:
         return _engine_fit(budget, layers != (),
                            f"no GPU memory budget ({_mib(vram_budget_bytes)}) — GPU offload "
@@ -283,6 +321,52 @@ def _plan_dense(model: ModelFacts, layers: Sequence[LayerBytes], budget: _Budget
         f"{_mib(ffn_total)}, non-FFN {_mib(residue)}, reserves {_mib(budget.reserves)}, "
         f"VRAM {_mib(budget.vram)}); the first {n} blocks' FFN ({_mib(cpu_bytes)}) fit the "
         f"{_mib(ram_budget)} RAM budget — --n-cpu-ffn {n}")
+
+
+def _substitute(ideal: OffloadPlan, model: ModelFacts, layers: Sequence[LayerBytes],
+                budget: _Budget, unavailable: frozenset[OffloadKind]) -> OffloadPlan:
+    """The nearest plan the build can run when it lacks ``ideal.kind``'s switch."""
+    lacking = not_supported_reason([OVERRIDE_FLAGS[ideal.kind]])
+    if ideal.kind is OffloadKind.N_CPU_MOE and OffloadKind.CPU_MOE not in unavailable:
+        # Every expert instead of the first N blocks': the residue fitted beside the kept
+        # suffix, so it fits beside none. (N_CPU_MOE is only planned from exact sizes.)
+        experts = sum(layer.expert for layer in layers)
+        residue = model.non_layer_bytes + sum(layer.total for layer in layers) - experts
+        return replace(ideal, kind=OffloadKind.CPU_MOE, n=None, cpu_layers=model.block_count,
+                       gpu_bytes=residue, ram_bytes=experts,
+                       reason=f"{lacking} — --cpu-moe instead: every expert to system RAM, "
+                              f"not only the first {ideal.n} blocks' ({ideal.reason})")
+    if layers:
+        return _layer_split(model, layers, budget, lacking)
+    return _engine_fit(budget, False, f"{lacking}, and no per-layer sizes to split whole "
+                                      "layers by — whole-layer fit left to llama-server")
+
+
+def _layer_split(model: ModelFacts, layers: Sequence[LayerBytes], budget: _Budget,
+                 lacking: str) -> OffloadPlan:
+    """``-ngl K``: the output layer and the last ``K - 1`` whole blocks on the GPU.
+
+    ``-ngl K`` puts the last K of the ``n_layer + 1`` layers on the GPU, the output layer
+    first (``planned_share.py``); the input layer stays on the CPU. Every byte outside the
+    blocks is counted on the GPU, and the whole KV cache stays in the reserves, so the
+    split errs towards the CPU.
+    """
+    totals = [layer.total for layer in layers]
+    blocks = model.block_count
+    room = budget.vram - budget.reserves - model.non_layer_bytes
+    kept, kept_bytes = _pack_suffix(totals, room) if room >= 0 else (0, 0)
+    if kept == 0:
+        return _engine_fit(budget, True,
+                           f"{lacking}, and no whole block fits beside the output layer and "
+                           f"the reserves ({_mib(budget.reserves)}, VRAM {_mib(budget.vram)}) "
+                           "— whole-layer fit left to llama-server")
+    on_gpu = model.non_layer_bytes + kept_bytes
+    return OffloadPlan(
+        OffloadKind.LAYER_SPLIT, None, kept + 1, blocks - kept, on_gpu,
+        sum(totals) - kept_bytes, budget.reserves, True,
+        f"{lacking} — whole layers instead: the last {kept}/{blocks} blocks and the output "
+        f"layer fit VRAM ({_mib(on_gpu)} with reserves {_mib(budget.reserves)}, VRAM "
+        f"{_mib(budget.vram)}) — -ngl {kept + 1}")
 
 
 def _pack_suffix(sizes: Sequence[int], budget: int) -> tuple[int, int]:

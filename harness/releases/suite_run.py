@@ -7,26 +7,25 @@ whole — servers included — and its row says it hung instead of the matrix wa
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.bounded import stop_group
 from harness.errors import HarnessError
 from harness.paths import SUITES_DIR, suites_pytest_config
 from harness.plugin.recording.run_file import new_run_id
 from harness.releases.matrix import HUNG, ReleaseRow, row_from_record
 from harness.results.run_validation import parse_run_json
 
+#: The suites a release matrix runs: every one that runs the release's own binary.
+RELEASE_MARKERS = "not docker"
 #: The longest a release's suites may run before the matrix calls them hung: the
 #: suites take minutes on the pin, and each test has pytest's own 600 s bound.
 DEFAULT_SUITE_TIMEOUT_S = 3600.0
-#: How long a killed suite run has to go before the matrix stops waiting for it.
-_REAP_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,9 @@ def suite_argv(binary: Path, folder: Path, settings: SuiteRun) -> list[str]:
             "-n", settings.workers, f"--alluredir={folder / 'allure-results'}",
             "--clean-alluredir", f"--harness-server-bin={binary}",
             f"--harness-run-record={folder / 'run.json'}", "-p", "no:cacheprovider",
-            *settings.pytest_args]
+            # The container suites build and run the pin's images, whatever the release:
+            # they say nothing about it and cost a CUDA image build. A later -m wins.
+            "-m", RELEASE_MARKERS, *settings.pytest_args]
 
 
 def run_suites(release: int, binary: Path, settings: SuiteRun, *,
@@ -82,7 +83,9 @@ def run_bounded(release: int, argv: list[str], folder: Path, timeout_s: float, *
         try:
             code = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            # The suites' servers are children of pytest's workers: only the whole
+            # tree reaches them.
+            stop_group(proc)
             return ReleaseRow(release=release, pinned=pinned,
                               problem=f"{HUNG}: the suites ran past {timeout_s:.0f} s "
                                       f"and were killed; log {log_path}",
@@ -99,15 +102,6 @@ def run_bounded(release: int, argv: list[str], folder: Path, timeout_s: float, *
                           problem=f"unreadable run record: {exc}")
     return row_from_record(release, record, pinned=pinned, seconds=seconds,
                            where=str(record_path))
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    # The suites' servers are children of pytest's workers: only the group reaches them.
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    # A process stuck in the kernel is left behind; the row already says it hung.
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=_REAP_S)
 
 
 def _last_line(path: Path) -> str:

@@ -35,6 +35,7 @@ from typing import Any
 from harness.errors import (
     BuildError,
     ServerNotReadyError,
+    ServerStuckError,
     SourceError,
     SourceHashMismatchError,
     ToolMissingError,
@@ -43,6 +44,7 @@ from harness.facts.build import Backend
 from harness.files import atomic_write_bytes
 from harness.verdicts.failure import FailureClass, start_failed_pattern
 from harness.verdicts.gpu_use import FAILING_STATES, GpuState, failed_reason_pattern
+from harness.verdicts.refused_flag import REFUSED_FLAG_PATTERN
 
 ENVIRONMENT_FILE = "environment.properties"
 CATEGORIES_FILE = "categories.json"
@@ -140,6 +142,8 @@ INFRASTRUCTURE = Category("Infrastructure / timeout", (Matcher(message_regex=_an
     # harness/runners/readiness.py: "llama-server was not ready after 60s: still ...".
     r"was not ready after \d",
     _raised(ServerNotReadyError),
+    # harness/runners/subprocess_runner.py: a server the kernel holds past SIGKILL.
+    _raised(ServerStuckError),
     # pytest-timeout: "Timeout (>600.0s) from pytest-timeout."
     r"Timeout \(>[\d.]+s\) from pytest-timeout",
     r"\btimed out\b",
@@ -157,6 +161,16 @@ def _suite_assertion(suite_file: str) -> str:
     return re.escape(suite_file) + r":\d+: AssertionError"
 
 
+#: A flag the launch sent and the server refused (harness/verdicts/refused_flag.py): the
+#: capability check let it through, so it is the harness's bug, not the build's failure.
+REFUSED_FLAG = Category("Harness bug: a sent flag was refused",
+                        (Matcher(message_regex=REFUSED_FLAG_PATTERN),))
+
+#: A build of a release the harness's models cannot place (planning/release_rules.py):
+#: what the harness does not know, not what the build did wrong.
+NOT_MODELLED_RELEASE = Category("Release not modelled by the harness",
+                                (Matcher(message_regex=r"not modelled for release \d+"),))
+
 PLAN_FORWARDING = Category("Plan-forwarding mismatch", (
     Matcher(message_regex=_any(
         # suites/test_plan_forwarding.py and harness/verdicts/plan_check.py Mismatch.
@@ -169,9 +183,10 @@ PLAN_FORWARDING = Category("Plan-forwarding mismatch", (
 #: In the order they are tried. Known flakes (skipped results only) share no status with
 #: the rest. No build makes everything after it moot. A class or state named by the
 #: harness's own words comes before the infrastructure's looser ones ("timed out" can be
-#: in a failed start's quoted log); the plan check, last, names neither.
+#: in a failed start's quoted log); the plan check, last, names neither. A refused flag
+#: the launch sent is the harness's bug before it is an ``unknown-flag`` start.
 CATEGORIES: tuple[Category, ...] = (
-    KNOWN_FLAKE, BUILD_FAILURE,
+    KNOWN_FLAKE, BUILD_FAILURE, REFUSED_FLAG, NOT_MODELLED_RELEASE,
     *(start_failure_category(kind) for kind in FailureClass),
     *(gpu_use_category(state) for state in FAILING_STATES),
     INFRASTRUCTURE, PLAN_FORWARDING,

@@ -193,7 +193,9 @@ class RecordingPlugin:
             results.mkdir(parents=True, exist_ok=True)
             base_images = (build.info.base_image_digest
                             if build is not None and build.info is not None else None)
-            props = environment_properties(self.hardware, ref, image, base_images)
+            release = (build.info.release
+                       if build is not None and build.info is not None else None)
+            props = environment_properties(self.hardware, ref, image, base_images, release)
             # What `harness repro` needs to run a test again exactly as here.
             props.update(repro_properties(
                 cmake_flags=build.info.cmake_flags if build is not None and build.info else None,

@@ -16,6 +16,7 @@ from importlib import metadata
 from pathlib import Path
 
 from harness.facts.build import BuildInfo
+from harness.facts.release import Release
 from harness.files import write_json_atomic
 from harness.results.run_record import BuildRef, Figure, FigureKey, Hardware, RunRecord, TestOutcome
 
@@ -106,14 +107,17 @@ def write_run(path: Path, run: RunRecord) -> None:
 
 
 def environment_properties(hardware: Hardware, build: BuildRef | None, image: str | None,
-                           base_images: str | None = None) -> dict[str, str]:
+                           base_images: str | None = None,
+                           release: Release | None = None) -> dict[str, str]:
     """What Allure's Environment widget shows: the build, the GPU, the host, the harness.
 
     ``build`` None: the session never touched a build (unit tests only), so none is named.
+    ``release``: the build's llama.cpp release (``BuildInfo.release``), where it is known.
     """
     props = {} if build is None else {
         "build.backend": build.backend,
         "build.llama_cpp_version": build.version,
+        **({"build.release": str(release)} if release is not None else {}),
         "build.source_digest": build.source_digest,
         "build.key": build.build_key,
     }
