@@ -312,3 +312,35 @@ def test_an_unknown_help_trusts_the_plan() -> None:
     plan = plan_launch(replace(request(facts, vram, "pinned"), capabilities=Capabilities()))
     assert plan.spec.n_cpu_ffn == 2
     assert plan.unsupported == plan.not_supported == ()
+
+
+@pytest.mark.parametrize(("release", "expected"), [
+    (None, ()),
+    (11434, ()),
+    (10603, ()),
+    (10593, ("--spec-type draft-mtp on glm4moe (from b10603)",)),
+    (10502, ("--spec-type draft-mtp on glm4moe (from b10603)",)),
+])
+def test_draft_mtp_on_glm4moe_needs_the_release_that_runs_its_mtp_block(
+        release: int | None, expected: tuple[str, ...]) -> None:
+    # b10502's help lists draft-mtp, but its glm4moe graph aborted on an MTP draft
+    # ("This GGUF does not support multimodal", SIGABRT): the release lacks the feature.
+    facts, vram, changes = PLAN_KINDS["draft-mtp"]
+    glm = replace(facts, architecture="glm4moe")
+    plan = plan_launch(request(glm, vram, "pinned", release=release, **changes))
+    assert plan.unsupported == expected
+    if expected:
+        with pytest.raises(UnsupportedByBuildError,
+                           match=r"^not supported by this build: --spec-type draft-mtp on "):
+            plan.ensure_sendable()
+    # Another architecture's MTP is not this rule's business.
+    assert plan_launch(request(facts, vram, "pinned", release=release,
+                               **changes)).unsupported == ()
+
+
+def test_a_release_between_the_rules_ends_is_not_sent_and_says_why() -> None:
+    facts, vram, changes = PLAN_KINDS["draft-mtp"]
+    plan = plan_launch(request(replace(facts, architecture="glm4moe"), vram, "pinned",
+                               release=10600, **changes))
+    assert len(plan.unsupported) == 1
+    assert "not modelled for release 10600" in plan.unsupported[0]

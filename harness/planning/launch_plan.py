@@ -49,7 +49,7 @@ from harness.planning.kv import (
 )
 from harness.planning.launch import LaunchSpec, field_of_flag
 from harness.planning.offload import OVERRIDE_FLAGS, OffloadKind, OffloadPlan, plan_offload
-from harness.planning.release_rules import NOT_MODELLED, NotModelled
+from harness.planning.release_rules import NOT_MODELLED, NotModelled, release_lacks
 from harness.planning.routing import OVERRIDE_VARIABLE, RouteDecision, decide_backend
 
 #: Origins of fields the planner sets itself, beside autotune's card/bucket/bundle/call/env.
@@ -190,7 +190,9 @@ def plan_launch(request: PlanRequest) -> LaunchPlan:
             launch[name] = value
             origins[name] = OFFLOAD
     spec = LaunchSpec.from_settings(request.model_path, settings, **launch)
-    unsupported = unsupported_features(spec, request.capabilities)
+    unsupported = (unsupported_features(spec, request.capabilities)
+                   + release_lacks(spec.spec_type, request.model.architecture,
+                                   request.release))
     for feature in unsupported:
         warnings.append(PlanWarning(
             NOT_SUPPORTED_CODE, _field_of(feature), feature, "",

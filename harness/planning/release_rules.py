@@ -75,3 +75,21 @@ def has(rule: Rule, release: int | None) -> bool:
     if release <= found.last_without:
         return False
     raise NotModelled(found, release)
+
+
+#: What a release before GLM4MOE_DRAFT_MTP cannot run, as the plan names it.
+GLM4MOE_DRAFT_MTP_FEATURE = "--spec-type draft-mtp on glm4moe"
+
+
+def release_lacks(spec_type: str | None, architecture: str,
+                  release: int | None) -> tuple[str, ...]:
+    """Features a launch would use that ``release`` lacks for this model, though its
+    ``--help`` lists them (the flag exists; the model's code path does not)."""
+    if spec_type != "draft-mtp" or architecture != "glm4moe":
+        return ()
+    try:
+        if has(Rule.GLM4MOE_DRAFT_MTP, release):
+            return ()
+    except NotModelled as exc:
+        return (f"{GLM4MOE_DRAFT_MTP_FEATURE} ({exc})",)
+    return (f"{GLM4MOE_DRAFT_MTP_FEATURE} (from b{RULES[Rule.GLM4MOE_DRAFT_MTP].since})",)
