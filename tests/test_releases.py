@@ -14,7 +14,15 @@ from results_fixtures import make_run, outcome
 
 from harness.commands.releases import releases_command
 from harness.errors import ConfigError
-from harness.releases.matrix import Column, ReleaseRow, column_of, render_table, row_from_record
+from harness.releases.matrix import (
+    Column,
+    ReleaseRow,
+    column_of,
+    findings,
+    render_findings,
+    render_table,
+    row_from_record,
+)
 from harness.releases.published import (
     package_version,
     parse_index_versions,
@@ -129,7 +137,7 @@ def test_a_suite_run_past_its_bound_is_killed_with_its_children(tmp_path: Path) 
               f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
               f"time.sleep(300)\n")
     started = time.monotonic()
-    row = run_bounded(10502, [sys.executable, "-c", script], tmp_path / "b10502", 3.0)
+    row = run_bounded(10502, [sys.executable, "-c", script], tmp_path / "b10502", 3.0).row
     assert time.monotonic() - started < 60
     assert row.hung
     assert row.problem is not None
@@ -145,7 +153,7 @@ def test_a_suite_run_past_its_bound_is_killed_with_its_children(tmp_path: Path) 
 
 def test_a_suite_run_without_a_record_says_how_it_ended(tmp_path: Path) -> None:
     row = run_bounded(10502, [sys.executable, "-c", "print('ERROR: no tests ran'); exit(4)"],
-                      tmp_path / "b10502", 30.0)
+                      tmp_path / "b10502", 30.0).row
     assert row.problem is not None
     assert "pytest exit 4 wrote no run record: ERROR: no tests ran" in row.problem
 
@@ -155,10 +163,42 @@ def test_a_suite_run_record_becomes_the_row(tmp_path: Path) -> None:
     record = make_run("r1", outcomes=[outcome("a"), outcome("b", "error", message="boom")])
     body = json.dumps(record.to_json())
     write = f"open('run.json', 'w').write({body!r})"
-    row = run_bounded(10502, [sys.executable, "-c", write], folder, 30.0)
+    ran = run_bounded(10502, [sys.executable, "-c", write], folder, 30.0)
+    row = ran.row
     assert row.problem is None
     assert (row.counts[Column.PASSED], row.harness_errors) == (1, 1)
     assert row.record == str(folder / "run.json")
+    assert ran.record is not None
+    assert ran.record.run_id == "r1"
+    # The findings file names the error, with no pin to set beside it.
+    text = (folder / "findings.md").read_text()
+    assert "## harness errors: `b`" in text
+    assert "- b10502: error in 0.5 s: boom" in text
+    assert "- pin: not run on the pin" in text
+
+
+def test_a_failure_the_pin_passed_is_a_difference_with_both_sides() -> None:
+    pin = make_run("pin", outcomes=[
+        outcome("suites/t.py::test_serves[moe]", "passed", duration_s=1.5),
+        outcome("suites/t.py::test_both", "failed", message="assert 1 == 2")])
+    release = make_run("b10502", outcomes=[
+        outcome("suites/t.py::test_serves[moe]", "failed", message=(
+            "harness/client.py:148: harness.errors.ServerApiError: POST /completion answered "
+            "HTTP 500: Content-only format")),
+        outcome("suites/t.py::test_both", "failed", message="assert 1 == 2")])
+    row = row_from_record(10502, release, pin=pin)
+    assert (row.counts[Column.DIFFERENCE], row.counts[Column.FAILED]) == (1, 1)
+    # Without the pin's run nothing says the pin behaves otherwise.
+    assert row_from_record(10502, release).counts[Column.DIFFERENCE] == 0
+    found = findings(release, pin)
+    assert [(f.column, f.test_id) for f in found] == [
+        (Column.DIFFERENCE, "suites/t.py::test_serves[moe]"),
+        (Column.FAILED, "suites/t.py::test_both")]
+    assert found[0].pin_side == "passed in 1.5 s"
+    assert found[0].release_side.endswith("answered HTTP 500: Content-only format")
+    text = render_findings(10502, found)
+    assert text.startswith("# b10502: 2 finding(s)")
+    assert "## differences: `suites/t.py::test_serves[moe]`" in text
 
 
 def _alive(pid: int) -> bool:

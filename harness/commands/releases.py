@@ -28,7 +28,13 @@ from harness.planning.build_plan import BuildRequest
 from harness.releases.matrix import ReleaseRow, render_table
 from harness.releases.published import parse_release, select_releases
 from harness.releases.release_source import available_releases, fetch_release, pinned_release
-from harness.releases.suite_run import DEFAULT_SUITE_TIMEOUT_S, SuiteRun, run_suites
+from harness.releases.suite_run import (
+    DEFAULT_SUITE_TIMEOUT_S,
+    SuiteOutcome,
+    SuiteRun,
+    run_suites,
+)
+from harness.results.run_record import RunRecord
 
 
 def _release(value: str) -> int:
@@ -81,7 +87,14 @@ def releases_command(*, first: str | None, last: str, every: int | None, with_pi
     modelgen.ensure_fixtures()
     settings = SuiteRun(out=out.absolute(), workers=workers, timeout_s=suite_timeout_s,
                         pytest_args=pytest_args)
-    rows = [_one_release(cache, release, settings, pinned=release == pin) for release in chosen]
+    # The pin runs first: its run is the other side of every later release's differences.
+    pin_record: RunRecord | None = None
+    rows = []
+    for release in sorted(chosen, key=lambda r: (r != pin, r)):
+        outcome = _one_release(cache, release, settings, pinned=release == pin, pin=pin_record)
+        if release == pin:
+            pin_record = outcome.record
+        rows.append(outcome.row)
     table = render_table(rows)
     settings.out.mkdir(parents=True, exist_ok=True)
     (settings.out / "matrix.md").write_text(table + "\n")
@@ -92,7 +105,8 @@ def releases_command(*, first: str | None, last: str, every: int | None, with_pi
     sys.exit(1 if any(r.harness_errors or r.problem for r in rows) else 0)
 
 
-def _one_release(cache: Path, release: int, settings: SuiteRun, *, pinned: bool) -> ReleaseRow:
+def _one_release(cache: Path, release: int, settings: SuiteRun, *, pinned: bool,
+                 pin: RunRecord | None) -> SuiteOutcome:
     started = time.monotonic()
     request = BuildRequest()
     try:
@@ -104,12 +118,12 @@ def _one_release(cache: Path, release: int, settings: SuiteRun, *, pinned: bool)
         row = ReleaseRow(release=release, pinned=pinned, problem=f"not built: {first_line}",
                          seconds=time.monotonic() - started)
         console.print(f"[bold]b{release}[/] {escape(row.problem or '')}", soft_wrap=True)
-        return row
+        return SuiteOutcome(row)
     console.print(f"[bold]b{release}[/] {build.info.version.splitlines()[0]} "
                   f"({'cache hit' if build.cache_hit else 'built'}); running the suites",
                   soft_wrap=True)
-    row = run_suites(release, build.binary, settings, pinned=pinned)
+    ran = run_suites(release, build.binary, settings, pinned=pinned, pin=pin)
     # The row's minutes are the release's whole cost: fetch and build included.
-    row = replace(row, seconds=time.monotonic() - started)
+    row = replace(ran.row, seconds=time.monotonic() - started)
     console.print(f"[bold]b{release}[/] {escape(json.dumps(row.to_json()))}", soft_wrap=True)
-    return row
+    return SuiteOutcome(row, ran.record)

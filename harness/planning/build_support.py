@@ -23,6 +23,7 @@ from harness.facts.build import Capabilities
 from harness.planning.capability import not_supported_reason
 from harness.planning.launch import LaunchSpec
 from harness.planning.offload import OVERRIDE_FLAGS, OffloadKind
+from harness.planning.release_rules import release_lacks
 
 
 def accepts_flag(capabilities: Capabilities, flag: str) -> bool:
@@ -41,10 +42,14 @@ def ensure_offered(capabilities: Capabilities, *flags: str) -> None:
         raise UnsupportedByBuildError(missing, not_supported_reason(missing))
 
 
-def ensure_supported(spec: LaunchSpec, capabilities: Capabilities) -> None:
+def ensure_supported(spec: LaunchSpec, capabilities: Capabilities, *,
+                     release: int | None = None, architecture: str = "") -> None:
     """Raise ``UnsupportedByBuildError`` when ``spec`` sends a feature the build lacks:
-    the last check before a launch goes out, whoever made the spec."""
-    missing = unsupported_features(spec, capabilities)
+    the last check before a launch goes out, whoever made the spec. ``release`` and the
+    model's ``architecture`` add what the build's release lacks for that model though
+    its help lists the flag (planning/release_rules.py)."""
+    missing = unsupported_features(spec, capabilities) + release_lacks(
+        spec.spec_type, architecture, release)
     if missing:
         raise UnsupportedByBuildError(missing, not_supported_reason(missing))
 

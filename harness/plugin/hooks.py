@@ -311,15 +311,24 @@ def build_capabilities(pytestconfig: pytest.Config) -> Capabilities:
     return HarnessSession.of(pytestconfig).capabilities()
 
 
+def _ensure_supported(spec: LaunchSpec, capabilities: Capabilities,
+                      build: BuildUnderTest) -> None:
+    # The model's architecture matters only where a release lacks a spec type for some
+    # models (release_rules.release_lacks): read the header only then.
+    architecture = (read_model_facts(spec.model).architecture
+                    if spec.spec_type and build.release is not None else "")
+    ensure_supported(spec, capabilities, release=build.release, architecture=architecture)
+
+
 @pytest.fixture
-def start_server(server_runner: ServerRunnerLike,
-                 build_capabilities: Capabilities) -> Iterator[StartServer]:
+def start_server(server_runner: ServerRunnerLike, build_capabilities: Capabilities,
+                 harness_build: BuildUnderTest) -> Iterator[StartServer]:
     """Factory: ``start_server(LaunchSpec(...))`` returns a ready server, stopped after the
     test. A spec needing a feature the build lacks is not sent: the test skips."""
     started: list[Server] = []
 
     def start(spec: LaunchSpec) -> Server:
-        ensure_supported(spec, build_capabilities)
+        _ensure_supported(spec, build_capabilities, harness_build)
         server = server_runner.start(spec)
         started.append(server)
         return server
@@ -369,8 +378,8 @@ def plan_for(fixture_set: modelgen.FixtureSet, bundle_dir: BundleDir,
 
 
 @pytest.fixture
-def launch(server_runner: ServerRunnerLike,
-           build_capabilities: Capabilities) -> Iterator[LaunchPlanned]:
+def launch(server_runner: ServerRunnerLike, build_capabilities: Capabilities,
+           harness_build: BuildUnderTest) -> Iterator[LaunchPlanned]:
     """Dispatch a plan to the llama-cpp backend; every server is stopped after the test.
 
     A plan that needs a feature the build lacks is not sent: the test skips with the
@@ -382,7 +391,7 @@ def launch(server_runner: ServerRunnerLike,
         # A feature the build lacks is never sent: the test skips (harness/plugin/features.py).
         # The spec is checked again, for a test that changed it after planning.
         plan.ensure_sendable()
-        ensure_supported(plan.spec, build_capabilities)
+        _ensure_supported(plan.spec, build_capabilities, harness_build)
         notify_planned(plan)
         server = dispatcher.dispatch(plan)
         started.append(server)

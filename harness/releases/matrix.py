@@ -6,8 +6,9 @@ Every test of a release lands in exactly one column:
 - ``unsupported``: skipped because the build lacks a feature the test needs (the
   skip reason starts ``not supported by this build``);
 - ``skipped``: any other skip (no GPU on this runner, a fixture left out);
-- ``difference``: failed with a finding that names both sides — a behaviour of this
-  release that differs from the pin's, or a release the harness does not model;
+- ``difference``: failed where the pin passed (the pin's run is the other side), or
+  with a finding that names both sides itself — a behaviour of this release that differs
+  from the pin's, or a release the harness does not model;
 - ``harness error``: an error in a test's set-up or tear-down, a test that hit
   pytest's own timeout, or a failure the harness names as its own bug. A matrix is
   healthy when this column is zero everywhere;
@@ -39,8 +40,9 @@ class Column(enum.StrEnum):
     ERROR = "harness errors"
 
 
-def column_of(outcome: TestOutcome) -> Column:
-    """The column one test's outcome counts in (see the module docstring)."""
+def column_of(outcome: TestOutcome, on_the_pin: TestOutcome | None = None) -> Column:
+    """The column one test's outcome counts in (see the module docstring); ``on_the_pin``
+    is the same test's outcome in the pin's run, when there is one."""
     message = outcome.message or ""
     if outcome.outcome in (Outcome.PASSED, Outcome.XPASSED):
         return Column.PASSED
@@ -54,6 +56,8 @@ def column_of(outcome: TestOutcome) -> Column:
     if any(marker in message for marker in OWN_FAULT_MARKERS):
         return Column.ERROR
     if any(marker in message for marker in DIFFERENCE_MARKERS):
+        return Column.DIFFERENCE
+    if on_the_pin is not None and on_the_pin.outcome is Outcome.PASSED:
         return Column.DIFFERENCE
     return Column.FAILED
 
@@ -94,19 +98,62 @@ HUNG = "hung"
 
 
 def row_from_record(release: int, record: RunRecord, *, pinned: bool = False,
-                    seconds: float = 0.0, where: str | None = None) -> ReleaseRow:
+                    seconds: float = 0.0, where: str | None = None,
+                    pin: RunRecord | None = None) -> ReleaseRow:
+    """The release's row; ``pin``: the pin's run, which makes a failure of a test the
+    pin passed a difference."""
+    on_the_pin = _by_test(pin)
     counts = dict.fromkeys(Column, 0)
     for outcome in record.outcomes:
-        counts[column_of(outcome)] += 1
+        counts[column_of(outcome, on_the_pin.get(outcome.test_id))] += 1
     return ReleaseRow(release=release, pinned=pinned, counts=counts, record=where,
                       seconds=seconds)
 
 
-def findings(record: RunRecord) -> list[tuple[Column, TestOutcome]]:
-    """The outcomes a person should read (differences, harness errors, failures), each
-    with its column, in the record's order."""
+def _by_test(record: RunRecord | None) -> dict[str, TestOutcome]:
+    return {} if record is None else {o.test_id: o for o in record.outcomes}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One test a person should read: its column, this release's side and the pin's."""
+
+    column: Column
+    test_id: str
+    release_side: str
+    pin_side: str
+
+
+def findings(record: RunRecord, pin: RunRecord | None = None) -> list[Finding]:
+    """The outcomes a person should read (differences, harness errors, failures), with
+    both sides where the pin ran, in the record's order."""
     wanted = (Column.DIFFERENCE, Column.ERROR, Column.FAILED)
-    return [(column, o) for o in record.outcomes if (column := column_of(o)) in wanted]
+    on_the_pin = _by_test(pin)
+    found = []
+    for outcome in record.outcomes:
+        other = on_the_pin.get(outcome.test_id)
+        column = column_of(outcome, other)
+        if column in wanted:
+            found.append(Finding(column, outcome.test_id, _side(outcome),
+                                 _side(other) if other else "not run on the pin"))
+    return found
+
+
+def _side(outcome: TestOutcome) -> str:
+    # The last line of a failure's message is the exception pytest reports.
+    lines = (outcome.message or "").strip().splitlines()
+    said = f": {lines[-1][:400]}" if lines else ""
+    return f"{outcome.outcome.value} in {outcome.duration_s:.1f} s{said}"
+
+
+def render_findings(release: int, found: Sequence[Finding]) -> str:
+    """A release's findings as Markdown: one section a test, the release's side and the
+    pin's."""
+    lines = [f"# b{release}: {len(found)} finding(s)", ""]
+    for item in found:
+        lines += [f"## {item.column.value}: `{item.test_id}`", "",
+                  f"- b{release}: {item.release_side}", f"- pin: {item.pin_side}", ""]
+    return "\n".join(lines)
 
 
 _HEADER = ("release", *(column.value for column in Column), "minutes", "note")

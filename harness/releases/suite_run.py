@@ -18,7 +18,14 @@ from harness.bounded import stop_group
 from harness.errors import HarnessError
 from harness.paths import SUITES_DIR, suites_pytest_config
 from harness.plugin.recording.run_file import new_run_id
-from harness.releases.matrix import HUNG, ReleaseRow, row_from_record
+from harness.releases.matrix import (
+    HUNG,
+    ReleaseRow,
+    findings,
+    render_findings,
+    row_from_record,
+)
+from harness.results.run_record import RunRecord
 from harness.results.run_validation import parse_run_json
 
 #: The suites a release matrix runs: every one that runs the release's own binary.
@@ -52,19 +59,27 @@ def suite_argv(binary: Path, folder: Path, settings: SuiteRun) -> list[str]:
             "-m", RELEASE_MARKERS, *settings.pytest_args]
 
 
-def run_suites(release: int, binary: Path, settings: SuiteRun, *,
-               pinned: bool = False) -> ReleaseRow:
-    """Run the suites against ``binary`` and return the release's row.
+@dataclass(frozen=True)
+class SuiteOutcome:
+    row: ReleaseRow
+    #: The run's record; None when the run left none (the row says why).
+    record: RunRecord | None = None
 
-    The pytest output goes to ``<out>/b<release>/pytest.log``.
+
+def run_suites(release: int, binary: Path, settings: SuiteRun, *, pinned: bool = False,
+               pin: RunRecord | None = None) -> SuiteOutcome:
+    """Run the suites against ``binary``: the release's row and its run record.
+
+    The pytest output goes to ``<out>/b<release>/pytest.log``; ``pin`` is the pin's run,
+    the other side of every difference.
     """
     folder = settings.folder(release)
     return run_bounded(release, suite_argv(binary, folder, settings), folder,
-                       settings.timeout_s, pinned=pinned)
+                       settings.timeout_s, pinned=pinned, pin=pin)
 
 
 def run_bounded(release: int, argv: list[str], folder: Path, timeout_s: float, *,
-                pinned: bool = False) -> ReleaseRow:
+                pinned: bool = False, pin: RunRecord | None = None) -> SuiteOutcome:
     """Run ``argv`` (a suite run writing ``folder/run.json``) in ``folder``, bounded.
 
     A run past ``timeout_s`` is killed with its process group and becomes a row whose
@@ -86,22 +101,24 @@ def run_bounded(release: int, argv: list[str], folder: Path, timeout_s: float, *
             # The suites' servers are children of pytest's workers: only the whole
             # tree reaches them.
             stop_group(proc)
-            return ReleaseRow(release=release, pinned=pinned,
-                              problem=f"{HUNG}: the suites ran past {timeout_s:.0f} s "
-                                      f"and were killed; log {log_path}",
-                              seconds=time.monotonic() - started)
+            return SuiteOutcome(ReleaseRow(
+                release=release, pinned=pinned, seconds=time.monotonic() - started,
+                problem=f"{HUNG}: the suites ran past {timeout_s:.0f} s and were killed; "
+                        f"log {log_path}"))
     seconds = time.monotonic() - started
     if not record_path.is_file():
-        return ReleaseRow(release=release, pinned=pinned, seconds=seconds,
-                          problem=f"pytest exit {code} wrote no run record: "
-                                  f"{_last_line(log_path)} (log {log_path})")
+        return SuiteOutcome(ReleaseRow(
+            release=release, pinned=pinned, seconds=seconds,
+            problem=f"pytest exit {code} wrote no run record: {_last_line(log_path)} "
+                    f"(log {log_path})"))
     try:
         record = parse_run_json(record_path.read_bytes(), source=str(record_path))
     except HarnessError as exc:
-        return ReleaseRow(release=release, pinned=pinned, seconds=seconds,
-                          problem=f"unreadable run record: {exc}")
-    return row_from_record(release, record, pinned=pinned, seconds=seconds,
-                           where=str(record_path))
+        return SuiteOutcome(ReleaseRow(release=release, pinned=pinned, seconds=seconds,
+                                       problem=f"unreadable run record: {exc}"))
+    (folder / "findings.md").write_text(render_findings(release, findings(record, pin)))
+    return SuiteOutcome(row_from_record(release, record, pinned=pinned, seconds=seconds,
+                                        where=str(record_path), pin=pin), record)
 
 
 def _last_line(path: Path) -> str:
