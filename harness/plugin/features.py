@@ -18,7 +18,12 @@ from typing import NoReturn
 
 import pytest
 
+from harness.builds.under_test import BuildUnderTest
 from harness.errors import UnsupportedByBuildError
+from harness.facts.build import Capabilities
+from harness.planning.build_support import ensure_supported
+from harness.planning.launch import LaunchSpec
+from harness.probes.gguf_facts import read_model_facts
 
 #: The option that turns the skip into a failure (harness/plugin/session.py OPTIONS).
 REQUIRE_OPTION = "--harness-require-features"
@@ -54,3 +59,14 @@ class FeatureGate:
         # Outside the handler, so the report shows the reason alone, not the error's
         # traceback chained under it.
         refuse(refused, self.required)
+
+
+def ensure_launchable(spec: LaunchSpec, capabilities: Capabilities,
+                      build: BuildUnderTest) -> None:
+    """Raise ``UnsupportedByBuildError`` for a spec the build (or its release, for this
+    model) cannot run: the last check before the fixtures start a server."""
+    # The model's architecture matters only where a release lacks a spec type for some
+    # models (release_rules.release_lacks): read the header only then.
+    architecture = (read_model_facts(spec.model).architecture
+                    if spec.spec_type and build.release is not None else "")
+    ensure_supported(spec, capabilities, release=build.release, architecture=architecture)

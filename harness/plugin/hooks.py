@@ -26,12 +26,11 @@ from harness.errors import ConfigError, HarnessError
 from harness.facts.build import Backend, Capabilities
 from harness.paths import cache_root
 from harness.planning.build_plan import BuildRequest
-from harness.planning.build_support import ensure_supported
 from harness.planning.container_gpu import plan_gpu_access
 from harness.planning.launch import LaunchSpec
 from harness.planning.launch_plan import LaunchPlan, PlanRequest, plan_launch
 from harness.planning.routing import InferenceBackend
-from harness.plugin.features import FeatureGate
+from harness.plugin.features import FeatureGate, ensure_launchable
 from harness.plugin.recording.flakes_plugin import KnownFlakesPlugin
 from harness.plugin.recording.pytest_plugin import RecordingPlugin
 from harness.plugin.required import RequireSettingError, required_resources, skip_unless_present
@@ -311,15 +310,6 @@ def build_capabilities(pytestconfig: pytest.Config) -> Capabilities:
     return HarnessSession.of(pytestconfig).capabilities()
 
 
-def _ensure_supported(spec: LaunchSpec, capabilities: Capabilities,
-                      build: BuildUnderTest) -> None:
-    # The model's architecture matters only where a release lacks a spec type for some
-    # models (release_rules.release_lacks): read the header only then.
-    architecture = (read_model_facts(spec.model).architecture
-                    if spec.spec_type and build.release is not None else "")
-    ensure_supported(spec, capabilities, release=build.release, architecture=architecture)
-
-
 @pytest.fixture
 def start_server(server_runner: ServerRunnerLike, build_capabilities: Capabilities,
                  harness_build: BuildUnderTest) -> Iterator[StartServer]:
@@ -328,7 +318,7 @@ def start_server(server_runner: ServerRunnerLike, build_capabilities: Capabiliti
     started: list[Server] = []
 
     def start(spec: LaunchSpec) -> Server:
-        _ensure_supported(spec, build_capabilities, harness_build)
+        ensure_launchable(spec, build_capabilities, harness_build)
         server = server_runner.start(spec)
         started.append(server)
         return server
@@ -391,7 +381,7 @@ def launch(server_runner: ServerRunnerLike, build_capabilities: Capabilities,
         # A feature the build lacks is never sent: the test skips (harness/plugin/features.py).
         # The spec is checked again, for a test that changed it after planning.
         plan.ensure_sendable()
-        _ensure_supported(plan.spec, build_capabilities, harness_build)
+        ensure_launchable(plan.spec, build_capabilities, harness_build)
         notify_planned(plan)
         server = dispatcher.dispatch(plan)
         started.append(server)
