@@ -184,7 +184,8 @@ def test_a_failure_the_pin_passed_is_a_difference_with_both_sides() -> None:
     release = make_run("b10502", outcomes=[
         outcome("suites/t.py::test_serves[moe]", "failed", message=(
             "harness/client.py:148: harness.errors.ServerApiError: POST /completion answered "
-            "HTTP 500: Content-only format")),
+            "HTTP 500: The model produced output that does not match the expected Content-only "
+            "format")),
         outcome("suites/t.py::test_both", "failed", message="assert 1 == 2")])
     row = row_from_record(10502, release, pin=pin)
     assert (row.counts[Column.DIFFERENCE], row.counts[Column.FAILED]) == (1, 1)
@@ -195,8 +196,12 @@ def test_a_failure_the_pin_passed_is_a_difference_with_both_sides() -> None:
         (Column.DIFFERENCE, "suites/t.py::test_serves[moe]"),
         (Column.FAILED, "suites/t.py::test_both")]
     assert found[0].pin_side == "passed in 1.5 s"
-    assert found[0].release_side.endswith("answered HTTP 500: Content-only format")
+    assert found[0].release_side.endswith("expected Content-only format")
+    assert found[0].explained is not None
+    assert "not valid UTF-8" in found[0].explained
+    assert found[1].explained is None
     text = render_findings(10502, found)
+    assert "- why: the release's chat parser refuses" in text
     assert text.startswith("# b10502: 2 finding(s)")
     assert "## differences: `suites/t.py::test_serves[moe]`" in text
 

@@ -114,6 +114,20 @@ def _by_test(record: RunRecord | None) -> dict[str, TestOutcome]:
     return {} if record is None else {o.test_id: o for o in record.outcomes}
 
 
+#: Symptoms of older releases seen through the suites, in the server's words, and what
+#: lies behind each (read from that release's source and its server log).
+KNOWN_SYMPTOMS = {
+    "does not match the expected Content-only format": (
+        "the release's chat parser refuses generated text that is not valid UTF-8 "
+        "(its log: 'common_chat_peg_parse: unparsed Content-only output') and /completion "
+        "answers HTTP 500; the pin returns the same text with U+FFFD in place of the bytes "
+        "(seen on b10502 with the byte-vocabulary fixtures)"),
+    "This GGUF does not support multimodal": (
+        "the release's glm4moe graph has no MTP path, so a draft-mtp start aborts (SIGABRT) "
+        "in the graph builder; glm4moe runs its MTP block from b10603"),
+}
+
+
 @dataclass(frozen=True)
 class Finding:
     """One test a person should read: its column, this release's side and the pin's."""
@@ -122,6 +136,8 @@ class Finding:
     test_id: str
     release_side: str
     pin_side: str
+    #: What lies behind the release's side, where the symptom is a known one.
+    explained: str | None = None
 
 
 def findings(record: RunRecord, pin: RunRecord | None = None) -> list[Finding]:
@@ -135,8 +151,14 @@ def findings(record: RunRecord, pin: RunRecord | None = None) -> list[Finding]:
         column = column_of(outcome, other)
         if column in wanted:
             found.append(Finding(column, outcome.test_id, _side(outcome),
-                                 _side(other) if other else "not run on the pin"))
+                                 _side(other) if other else "not run on the pin",
+                                 explain(outcome.message or "")))
     return found
+
+
+def explain(message: str) -> str | None:
+    """What lies behind a known symptom in ``message``; None for any other."""
+    return next((why for symptom, why in KNOWN_SYMPTOMS.items() if symptom in message), None)
 
 
 def _side(outcome: TestOutcome) -> str:
@@ -152,7 +174,10 @@ def render_findings(release: int, found: Sequence[Finding]) -> str:
     lines = [f"# b{release}: {len(found)} finding(s)", ""]
     for item in found:
         lines += [f"## {item.column.value}: `{item.test_id}`", "",
-                  f"- b{release}: {item.release_side}", f"- pin: {item.pin_side}", ""]
+                  f"- b{release}: {item.release_side}", f"- pin: {item.pin_side}"]
+        if item.explained:
+            lines.append(f"- why: {item.explained}")
+        lines.append("")
     return "\n".join(lines)
 
 
