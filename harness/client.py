@@ -146,7 +146,7 @@ class ServerClient:
             raise ServerApiError(f"{where} failed: {exc!r}; is the server still running?") from exc
         if response.status_code not in accept_status:
             raise ServerApiError(f"{where} answered HTTP {response.status_code}: "
-                                 f"{response.text[:500]}")
+                                 f"{response.text[:500]}", response.status_code)
         return response
 
     def _within_deadline(self, method: str, path: str, **kwargs: Any) -> httpx.Response:

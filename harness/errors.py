@@ -60,7 +60,18 @@ class ServerStuckError(ServerError):
 
 
 class ServerApiError(HarnessError):
-    """The server's HTTP API answered with an error or an unreadable body, or not at all."""
+    """The server's HTTP API answered with an error or an unreadable body, or not at all.
+
+    ``status_code``: the HTTP status of an error answer; None when there was none.
+    """
+
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # pytest-xdist and multiprocessing pickle errors: keep the status across.
+        return (type(self), (str(self), self.status_code))
 
 
 class UnsupportedByBuildError(HarnessError):

@@ -6,14 +6,18 @@ harness's own loop (order of conditions, crash detection, the timeout message).
 
 from __future__ import annotations
 
+import json
+import threading
+import time
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from harness.errors import ServerExitedError, ServerNotReadyError
+from harness.errors import ServerApiError, ServerExitedError, ServerNotReadyError
 from harness.runners.base import RunningServer
-from harness.runners.readiness import ProcessAlive, wait_until_ready
+from harness.runners.readiness import ProcessAlive, default_conditions, wait_until_ready
 
 
 @dataclass
@@ -21,6 +25,7 @@ class ScriptedServer:
     exit_after_polls: int | None = None
     polls: int = 0
     lines: list[str] = field(default_factory=lambda: [f"line {i}" for i in range(100)])
+    url: str = "http://127.0.0.1:1"
 
     @property
     def argv(self) -> list[str]:
@@ -32,7 +37,7 @@ class ScriptedServer:
 
     @property
     def base_url(self) -> str:
-        return "http://127.0.0.1:1"
+        return self.url
 
     def exit_code(self) -> int | None:
         self.polls += 1
@@ -116,3 +121,49 @@ def test_timeout_says_what_was_awaited() -> None:
 
 def test_process_alive_passes_for_a_live_process() -> None:
     assert ProcessAlive().pending(ScriptedServer()) is None
+
+
+class _FailingCompletions(BaseHTTPRequestHandler):
+    """Answers as b10502 did on a byte-vocabulary fixture: healthy, but every completion
+    fails inside the server (HTTP 500 with llama-server's error body)."""
+
+    def do_GET(self) -> None:
+        self._answer(200, {"status": "ok"})
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self._answer(500, {"error": {"code": 500, "type": "server_error", "message": (
+            "The model produced output that does not match the expected Content-only "
+            "format")}})
+
+    def _answer(self, status: int, body: object) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_a_server_whose_completions_fail_inside_it_is_reported_at_once() -> None:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _FailingCompletions)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        server = ScriptedServer(url=f"http://127.0.0.1:{httpd.server_port}")
+        started = time.monotonic()
+        with pytest.raises(ServerApiError) as raised:
+            wait_until_ready(server, default_conditions(), timeout_s=60)
+        # Not the 60 s of asking again: the first 500 ends the wait.
+        assert time.monotonic() - started < 10
+        assert raised.value.status_code == 500
+        message = str(raised.value)
+        assert "llama-server is up but its first completion failed" in message
+        assert "Content-only format" in message
+        assert "line 99" in message  # the log tail
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -71,6 +71,10 @@ class HealthOk:
         return None if health.ok else f"/health answered {health.status_code} {health.status}"
 
 
+#: The status llama-server answers a request that failed inside it (503 means loading).
+INTERNAL_ERROR = 500
+
+
 @dataclass(frozen=True)
 class CompletionReturnsTokens:
     """A short ``/completion`` yields at least one token: the model really runs."""
@@ -87,6 +91,14 @@ class CompletionReturnsTokens:
                               shared_pool()) as client:
                 completion = client.completion("Hello", n_predict=self.n_predict)
         except ServerApiError as exc:
+            if exc.status_code == INTERNAL_ERROR:
+                # Past /health the model is loaded: a 500 is the server failing the
+                # request (b10502's chat parser on text that is not valid UTF-8), and
+                # asking again until the deadline would only hide it for two minutes.
+                raise ServerApiError(describe_failure(
+                    server, f"llama-server is up but its first completion failed: {exc}",
+                    hint="the server's own error; its log tail is above"),
+                    exc.status_code) from exc
             return f"/completion failed: {exc}"
         if completion.tokens_predicted < 1:
             return "/completion returned no tokens"
