@@ -24,6 +24,7 @@ from harness.releases.matrix import (
     row_from_record,
 )
 from harness.releases.published import (
+    newest_releases,
     package_version,
     parse_index_versions,
     parse_release,
@@ -68,6 +69,13 @@ def test_a_span_is_picked_from_what_was_published() -> None:
     assert select_releases(published, 9093, 9400, every=1000) == [9093, 9390]
     # The pin is added whether or not the span holds it.
     assert select_releases(published, 9093, 9094, always=(11434,)) == [9093, 9094, 11434]
+
+
+def test_the_newest_releases_are_the_last_published() -> None:
+    assert newest_releases([9093, 11434, 10502, 11401], 2) == [11401, 11434]
+    assert newest_releases([9093], 5) == [9093]
+    with pytest.raises(ValueError, match="lists no release"):
+        newest_releases([], 1)
 
 
 @pytest.mark.parametrize(("first", "last", "every", "message"), [
@@ -223,7 +231,8 @@ def _alive(pid: int) -> bool:
 def test_the_command_needs_a_span() -> None:
     result = CliRunner().invoke(releases_command, ["--list"])
     assert isinstance(result.exception, ConfigError)
-    assert "needs --from RELEASE" in str(result.exception)
+    assert "needs a span: --from RELEASE (the oldest of it) or --newest N" in str(
+        result.exception)
     bad = CliRunner().invoke(releases_command, ["--from", "newest", "--list"])
     assert bad.exit_code == 2
     assert "'newest' is not a llama.cpp release" in bad.output

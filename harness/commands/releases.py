@@ -26,7 +26,7 @@ from harness.files import write_json_atomic
 from harness.paths import cache_root
 from harness.planning.build_plan import BuildRequest
 from harness.releases.matrix import ReleaseRow, render_table
-from harness.releases.published import parse_release, select_releases
+from harness.releases.published import newest_releases, parse_release, select_releases
 from harness.releases.release_source import available_releases, fetch_release, pinned_release
 from harness.releases.suite_run import (
     DEFAULT_SUITE_TIMEOUT_S,
@@ -51,6 +51,9 @@ def _release(value: str) -> int:
               help="The oldest release of the span (10502, b10502, 10502.0.0 or pin).")
 @click.option("--to", "last", default="pin", show_default=True, metavar="RELEASE",
               help="The newest release of the span.")
+@click.option("--newest", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Instead of --from/--to: the N newest published releases (a nightly's "
+                   "way to meet what users will build next).")
 @click.option("--every", type=click.IntRange(min=1), default=None, metavar="N",
               help="Thin the span: a release every N release numbers, plus the newest.")
 @click.option("--pin/--no-pin", "with_pin", default=True, show_default=True,
@@ -68,15 +71,21 @@ def _release(value: str) -> int:
               help="A release's suites running longer than this are killed and its row "
                    "says it hung.")
 @click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
-def releases_command(*, first: str | None, last: str, every: int | None, with_pin: bool,
+def releases_command(*, first: str | None, last: str, newest: int | None, every: int | None,
+                     with_pin: bool,
                      list_only: bool, out: Path, workers: str, suite_timeout_s: float,
                      pytest_args: tuple[str, ...]) -> None:
     """Run the suites against each published release of a span, one row a release."""
-    if first is None:
-        raise ConfigError("harness releases needs --from RELEASE (the oldest of the span)")
+    if (first is None) == (newest is None):
+        raise ConfigError("harness releases needs a span: --from RELEASE (the oldest of it) "
+                          "or --newest N, not both")
     pin = pinned_release()
+    available = available_releases()
     try:
-        chosen = select_releases(available_releases(), _release(first), _release(last), every,
+        if newest is not None:
+            first, last = str(newest_releases(available, newest)[0]), str(available[-1])
+        assert first is not None
+        chosen = select_releases(available, _release(first), _release(last), every,
                                  always=(pin,) if with_pin else ())
     except ValueError as exc:
         raise ConfigError(f"harness releases: {exc}") from exc

@@ -81,3 +81,10 @@ def _thinned(span: list[int], first: int, every: int) -> set[int]:
             # never bunch two picks together.
             target = release + every
     return chosen
+
+
+def newest_releases(available: Sequence[int], count: int) -> list[int]:
+    """The ``count`` newest of ``available`` (oldest first); ValueError when none."""
+    if not available:
+        raise ValueError("the index lists no release")
+    return sorted(available)[-count:]
