@@ -1,17 +1,17 @@
 """A typed httpx client for the llama-server HTTP API.
 
-Every call has a deadline of its own, ``timeout_s`` from its start: httpx's timeout
-bounds each wait on the network (connect, send, each read), and the body is read in
-chunks against the deadline, so a server that answers a byte at a time cannot stretch a
-call. Every failure is a :class:`ServerApiError` that names the endpoint, the server's
-address and what went wrong.
+Every call has a deadline of its own, ``timeout_s`` from its start, and a cap on its
+answer, :data:`MAX_ANSWER_BYTES` (``harness/http_bounds.py``): httpx's timeout bounds
+each wait on the network (connect, send, each read), and the body is read in chunks
+against the deadline and the cap, so a server that answers a byte at a time or without
+end cannot stretch a call or fill memory. Every failure is a :class:`ServerApiError`
+that names the endpoint, the server's address and what went wrong.
 """
 
 from __future__ import annotations
 
 import functools
 import ssl
-import time
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -19,8 +19,12 @@ from typing import Any
 import httpx
 
 from harness.errors import ServerApiError
+from harness.http_bounds import MIB, AnswerTooLarge, BoundExceeded, bounded_call
 
 DEFAULT_TIMEOUT_S = 30.0
+#: The longest answer read: /props carries the chat template, a completion with
+#: ``n_probs`` its candidates; none comes near this, an endless stream passes it.
+MAX_ANSWER_BYTES = 64 * MIB
 
 
 @dataclass(frozen=True)
@@ -138,7 +142,14 @@ class ServerClient:
                  **kwargs: Any) -> httpx.Response:
         where = f"{method} {self.base_url}{path}"
         try:
-            response = self._within_deadline(method, path, **kwargs)
+            response = bounded_call(self._http, method, f"{self.base_url}{path}",
+                                    timeout_s=self.timeout_s, max_bytes=MAX_ANSWER_BYTES,
+                                    **kwargs)
+        except AnswerTooLarge as exc:
+            raise ServerApiError(f"{where} {exc.what}; is this a llama-server?") from exc
+        except BoundExceeded as exc:
+            raise ServerApiError(f"{where} {exc.what}: the server answers, but too "
+                                 "slowly") from exc
         except httpx.TimeoutException as exc:
             raise ServerApiError(f"{where} timed out after {self.timeout_s:g}s; the "
                                  "server is alive but busy or hung") from exc
@@ -148,23 +159,6 @@ class ServerClient:
             raise ServerApiError(f"{where} answered HTTP {response.status_code}: "
                                  f"{response.text[:500]}", response.status_code)
         return response
-
-    def _within_deadline(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """The whole answer, read before ``timeout_s`` from now has passed."""
-        deadline = time.monotonic() + self.timeout_s
-        body = bytearray()
-        with self._http.stream(method, f"{self.base_url}{path}", timeout=self.timeout_s,
-                               **kwargs) as streamed:
-            for chunk in streamed.iter_raw():
-                body += chunk
-                if time.monotonic() > deadline:
-                    raise ServerApiError(
-                        f"{method} {self.base_url}{path} did not finish within "
-                        f"{self.timeout_s:g}s: the server answers, but too slowly "
-                        f"({len(body)} bytes so far)")
-        # Raw bytes and the same headers: the new answer decodes them as the first would.
-        return httpx.Response(streamed.status_code, headers=streamed.headers,
-                              content=bytes(body), request=streamed.request)
 
 
 @functools.cache

@@ -74,6 +74,23 @@ class ServerApiError(HarnessError):
         return (type(self), (str(self), self.status_code))
 
 
+class ServiceError(HarnessError):
+    """The results service did not answer a call as it should: no answer, none in time,
+    too long an answer, an error status, or a body that is not JSON of finite numbers.
+
+    The message names the service, the call and what happened; ``what`` is that last
+    part alone, ``status_code`` the HTTP status of an error answer (None without one).
+    """
+
+    def __init__(self, message: str, what: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.what = what
+        self.status_code = status_code
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (str(self), self.what, self.status_code))
+
+
 class UnsupportedByBuildError(HarnessError):
     """A launch needs features the build under test does not offer, so it is not sent.
 

@@ -129,7 +129,7 @@ def test_an_unreachable_service_is_one_clear_error(tmp_path: Path) -> None:
     done = CliRunner().invoke(calibrate_command, ["--service", "http://127.0.0.1:9",
                                                   "--branch", "nightly/"])
     assert done.exit_code == 1
-    assert "did not answer" in done.output
+    assert "cannot reach the results service at http://127.0.0.1:9" in done.output
     assert "check --service" in done.output
     assert "Traceback" not in done.output
 

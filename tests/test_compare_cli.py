@@ -262,7 +262,8 @@ def test_a_server_that_is_not_the_service_exits_2(tmp_path: Path) -> None:
     with serve_in_thread(not_the_service) as other:
         result = _ask(other, "--baseline", "main", "--current", "pr-1")
     assert result.exit_code == 2
-    assert "without a comparison" in result.stderr
+    assert "GET /api/compare sent a body that is not JSON" in result.stderr
+    assert "is --service the address of `harness serve`?" in result.stderr
 
 
 @pytest.mark.parametrize(("args", "says"), [

@@ -75,24 +75,9 @@ export HARNESS_BRANCH=${HARNESS_NIGHTLY_BRANCH:-nightly}/$bundle/$config
 # Compare with the cell's own earlier nights once there are any; the first night of a
 # cell (or of a new GPU config) is its baseline.
 export HARNESS_GATE_BASELINE=""
-if [ -n "${HARNESS_SERVICE_URL:-}" ] && python3 - "$HARNESS_SERVICE_URL" "$HARNESS_BRANCH" <<'PY'
-import sys
-
-import httpx
-
-url, branch = sys.argv[1:]
-try:
-    answer = httpx.get(url.rstrip("/") + "/api/runs", params={"branch": branch, "limit": 1},
-                       timeout=60)
-    answer.raise_for_status()
-    runs = answer.json()["runs"]
-except (httpx.HTTPError, ValueError, KeyError) as exc:
-    # The upload that follows fails too, and says why in full.
-    print(f"nightly: cannot list {branch} runs at {url}: {exc}", file=sys.stderr)
-    sys.exit(1)
-sys.exit(0 if runs else 1)
-PY
-then
+# Bounded like every call to the service: a stalled service is one line, not a hang.
+if [ -n "${HARNESS_SERVICE_URL:-}" ] \
+    && python3 -m harness.service.branch_runs "$HARNESS_SERVICE_URL" "$HARNESS_BRANCH"; then
   export HARNESS_GATE_BASELINE=$HARNESS_BRANCH
 fi
 

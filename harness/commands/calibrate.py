@@ -25,6 +25,7 @@ from rich.table import Table
 
 from harness.errors import ConfigError, HarnessError
 from harness.files import write_json_atomic
+from harness.http_bounds import MIB
 from harness.probes.gpu_configs import GPU_CONFIG_DIR, load_gpu_configs
 from harness.results.calibration import (
     CalibrationRow,
@@ -34,13 +35,23 @@ from harness.results.calibration import (
     with_measured,
 )
 from harness.results.run_record import RunRecord
+from harness.results.run_schema import MAX_DOCUMENT_BYTES
 from harness.results.run_validation import RunRecordError, run_from_json
+from harness.service.service_client import ServiceCall
 
+#: Each call's whole time: the listing, then each run's record.
 TIMEOUT_S = 30.0
+#: ``GET /api/runs`` answers at most 1000 short summaries (--limit): well under this.
+LISTING_MAX_BYTES = 8 * MIB
+#: ``GET /api/runs/{id}``: one run.json (at most MAX_DOCUMENT_BYTES) and its summary.
+RUN_MAX_BYTES = MAX_DOCUMENT_BYTES + MIB
 
 
 class CalibrationError(HarnessError):
-    """The service could not be read, or a config could not be written."""
+    """A run the service sent cannot be read, or a config could not be written.
+
+    A call the service did not answer as it should is a ServiceError (service_client.py).
+    """
 
 
 @click.command("calibrate")
@@ -84,20 +95,27 @@ def calibrate_command(*, service: str, branches: tuple[str, ...], configs: Path 
 
 def fetch_runs(service: str, branches: tuple[str, ...], limit: int) -> list[RunRecord]:
     """The whole records of the newest ``limit`` runs whose branch is asked for."""
+    listing = ServiceCall(service, "GET", "/api/runs", TIMEOUT_S, LISTING_MAX_BYTES)
+    with httpx.Client() as client:
+        listed = listing.json_object(listing.send(client, params={"limit": limit}))
+        rows = listed.get("runs")
+        if not isinstance(rows, list):
+            raise listing.error("sent no list of runs; is --service the address of "
+                                "`harness serve`?")
+        ids = [str(r["run_id"]) for r in rows
+               if isinstance(r, dict) and "run_id" in r
+               and _wanted(str(r.get("branch", "")), branches)]
+        return [_fetch_run(client, service, run_id) for run_id in ids]
+
+
+def _fetch_run(client: httpx.Client, service: str, run_id: str) -> RunRecord:
+    call = ServiceCall(service, "GET", f"/api/runs/{quote(run_id, safe='')}", TIMEOUT_S,
+                       RUN_MAX_BYTES)
     try:
-        with httpx.Client(timeout=TIMEOUT_S) as client:
-            listed = _json(client.get(f"{service}/api/runs", params={"limit": limit}))
-            ids = [str(r["run_id"]) for r in listed.get("runs", [])
-                   if _wanted(str(r.get("branch", "")), branches)]
-            return [run_from_json(
-                _json(client.get(f"{service}/api/runs/{quote(run_id, safe='')}"))["run"])
-                for run_id in ids]
-    except httpx.HTTPError as exc:
-        raise CalibrationError(f"the results service at {service} did not answer "
-                               f"({type(exc).__name__}: {exc}); check --service") from exc
+        return run_from_json(call.json_object(call.send(client))["run"])
     except (RunRecordError, KeyError, TypeError) as exc:
         raise CalibrationError(f"the results service at {service} sent a run this harness "
-                               f"cannot read: {exc}") from exc
+                               f"cannot read ({call.method} {call.path}): {exc}") from exc
 
 
 def write_measured(path: Path, rows: Sequence[CalibrationRow], min_runs: int,
@@ -125,15 +143,6 @@ def write_measured(path: Path, rows: Sequence[CalibrationRow], min_runs: int,
 
 def _wanted(branch: str, branches: tuple[str, ...]) -> bool:
     return any(branch == b or (b.endswith("/") and branch.startswith(b)) for b in branches)
-
-
-def _json(response: httpx.Response) -> dict[str, Any]:
-    response.raise_for_status()
-    body = response.json()
-    if not isinstance(body, dict):
-        raise CalibrationError(f"{response.url} answered {type(body).__name__}, not an "
-                               "object")
-    return body
 
 
 def _table(rows: Sequence[CalibrationRow], min_runs: int) -> Table:

@@ -20,6 +20,7 @@ import httpx
 from click.core import ParameterSource
 
 from harness.errors import HarnessError
+from harness.http_bounds import MIB
 from harness.probes.gpu_configs import load_gpu_configs
 from harness.results.baseline_selection import select_baseline
 from harness.results.comparison import compare
@@ -29,6 +30,7 @@ from harness.results.rules import NOISE_MIN_RUNS, NOISE_THRESHOLD, NOISE_WINDOW,
 from harness.results.run_record import RunRecord
 from harness.results.store import ResultsStore, open_store
 from harness.results.store_backends import default_url
+from harness.service.service_client import ServiceCall, reason
 
 EXIT_OK = 0
 EXIT_REGRESSED = 1
@@ -36,6 +38,8 @@ EXIT_ERROR = 2
 COMPARE_PATH = "/api/compare"
 #: The service compares in one database query round; a minute covers a busy service.
 SERVICE_TIMEOUT_S = 60.0
+#: A comparison lists every figure and test of one run: a few MiB for the largest runs.
+SERVICE_MAX_BYTES = 16 * MIB
 
 
 def _current_run(store: ResultsStore, run_id: str | None) -> RunRecord:
@@ -68,28 +72,15 @@ def _report(*, baseline: str, current: str | None, window: int, rule: NoiseRule,
     return text, comparison.regressed
 
 
-def _ask_service(service_url: str, params: dict[str, str]) -> httpx.Response:
+def _ask_service(service_url: str, params: dict[str, str]) -> tuple[ServiceCall, httpx.Response]:
     """``GET /api/compare`` with ``params``; a refusal or no answer is a HarnessError."""
-    try:
-        response = httpx.get(service_url.rstrip("/") + COMPARE_PATH, params=params,
-                             timeout=SERVICE_TIMEOUT_S)
-    except httpx.HTTPError as exc:
-        raise HarnessError(f"cannot reach the results service at {service_url}: "
-                           f"{exc or type(exc).__name__}; check --service and that "
-                           "`harness serve` is running there") from exc
-    if response.status_code == 200:
-        return response
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    reason = body.get("error") if isinstance(body, dict) else None
-    reason = reason or response.text.strip()[:500] or "no reason given"
+    call = ServiceCall(service_url.rstrip("/"), "GET", COMPARE_PATH, SERVICE_TIMEOUT_S,
+                       SERVICE_MAX_BYTES)
+    response = call.send(params=params, accept=(200, 409))
     if response.status_code == 409:
-        raise HarnessError(f"the results service at {service_url} refused the comparison "
-                           f"(HTTP 409, different hardware): {reason}")
-    raise HarnessError(f"the results service at {service_url} answered HTTP "
-                       f"{response.status_code}: {reason}")
+        raise call.error(f"was refused (HTTP 409, different hardware): {reason(response)}",
+                         409)
+    return call, response
 
 
 def _service_report(service_url: str, *, baseline: str, current: str, window: int,
@@ -99,22 +90,19 @@ def _service_report(service_url: str, *, baseline: str, current: str, window: in
               "threshold": repr(rule.threshold), "z": repr(rule.z),
               "min_runs": str(rule.min_runs)}
     # The verdict always comes from the JSON answer: the markdown one carries none.
-    verdict = _ask_service(service_url, {**params, "format": "json"})
-    try:
-        body = verdict.json()
-    except ValueError:
-        body = None
+    call, verdict = _ask_service(service_url, {**params, "format": "json"})
+    body = call.json(verdict)
     if (not isinstance(body, dict) or not isinstance(body.get("regressed"), bool)
-            or not body.get("baseline_runs")):
-        raise HarnessError(f"{service_url} answered {COMPARE_PATH} without a comparison; "
-                           "is --service the address of `harness serve`?")
+            or not isinstance(body.get("baseline_runs"), list) or not body["baseline_runs"]):
+        raise call.error("answered without a comparison; is --service the address of "
+                         "`harness serve`?")
     if output_format == "json":
         return json.dumps(body, indent=2, sort_keys=True) + "\n", body["regressed"]
     # The text is asked for with the anchor the verdict used, by run id, so a run
     # uploaded to the baseline branch in between cannot make it describe another
     # baseline than the verdict judged.
     text = _ask_service(service_url, {**params, "base": str(body["baseline_runs"][0]),
-                                      "format": "markdown"}).text
+                                      "format": "markdown"})[1].text
     report = f"{service_url.rstrip('/')}/runs/{current}/report/"
     return (text.rstrip("\n") + f"\n\nAllure report of `{current}`: {report}\n",
             body["regressed"])

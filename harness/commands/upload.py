@@ -10,7 +10,7 @@ import click
 from harness.errors import HarnessError
 from harness.service.bundle import make_bundle
 from harness.service.settings import TOKEN_ENV
-from harness.service.upload_client import upload_bundle
+from harness.service.upload_client import DEFAULT_TIMEOUT_S, upload_bundle
 
 URL_ENV = "HARNESS_SERVICE_URL"
 
@@ -24,8 +24,9 @@ URL_ENV = "HARNESS_SERVICE_URL"
               required=True, help="The run's allure-results directory.")
 @click.option("--token", envvar=TOKEN_ENV, default=None,
               help=f"The service's upload token [env {TOKEN_ENV}].")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=120.0,
-              show_default=True, help="Seconds to wait for the service.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1),
+              default=DEFAULT_TIMEOUT_S, show_default=True,
+              help="Seconds the whole upload may take: sending the bundle and the answer.")
 def upload_command(*, url: str, run_json: Path, results: Path, token: str | None,
                    timeout_s: float) -> None:
     """Send a run (run.json + allure-results) to the results service.

@@ -18,8 +18,6 @@ import sys
 from pathlib import Path
 from types import MappingProxyType
 
-import httpx
-
 from harness.builds.compiler_cache import AUTO_PROGRAM, CCACHE_ENV, ccache_program
 from harness.builds.native import builds_dir, read_build_info
 from harness.doctor.checks import GPU_COMPILERS, GROUPS
@@ -35,7 +33,7 @@ from harness.doctor.facts import (
     StoreFacts,
     Tool,
 )
-from harness.errors import HarnessError
+from harness.errors import HarnessError, ServiceError
 from harness.facts.build import GPU_BACKENDS, Backend
 from harness.facts.cuda_toolkit import CudaToolkit
 from harness.paths import cache_root
@@ -49,12 +47,15 @@ from harness.report.allure_cli import allure_command, installed_version
 from harness.resources.python_pins import normal_name, read_constraints
 from harness.results.store import open_store
 from harness.results.store_backends import default_url, display_url
+from harness.service.service_client import ServiceCall
 
 #: The packages a run imports, as their distributions are named.
 KEY_PACKAGES = ("pytest", "allure-pytest", "httpx", "gguf", "sqlalchemy", "psycopg",
                 "starlette", "uvicorn", "docker", "testcontainers")
 SERVICE_URL_ENV = "HARNESS_SERVICE_URL"
 _TIMEOUT_S = 10.0
+#: ``/healthz`` answers a few bytes; only its status is read.
+HEALTHZ_MAX_BYTES = 64 * 1024
 
 
 def gather_facts() -> DoctorFacts:
@@ -210,8 +211,10 @@ def _service() -> ServiceFacts:
     url = os.environ.get(SERVICE_URL_ENV, "").strip().rstrip("/")
     if not url:
         return ServiceFacts()
+    call = ServiceCall(url, "GET", "/healthz", _TIMEOUT_S, HEALTHZ_MAX_BYTES,
+                       setting=SERVICE_URL_ENV)
     try:
-        response = httpx.get(f"{url}/healthz", timeout=_TIMEOUT_S)
-    except (httpx.HTTPError, httpx.InvalidURL) as exc:
-        return ServiceFacts(url, problem=f"no answer ({type(exc).__name__}: {exc})")
+        response = call.send(accept=None)
+    except ServiceError as exc:
+        return ServiceFacts(url, problem=exc.what)
     return ServiceFacts(url, status=response.status_code)

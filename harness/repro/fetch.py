@@ -2,50 +2,46 @@
 
 from __future__ import annotations
 
-from typing import Any
+from urllib.parse import quote
 
-import httpx
-
+from harness.http_bounds import MIB
 from harness.repro.recorded_failure import RecordedFailure, recorded_failure
 from harness.repro.repro_error import ReproError
 from harness.repro.target import ServiceTarget
+from harness.service.service_client import ServiceCall
 
 DEFAULT_TIMEOUT_S = 60.0
+#: One test's results with their text attachments, each cut at 1 MiB by the service
+#: (service/results.py): a rerun test with many logs stays well under this.
+MAX_ANSWER_BYTES = 64 * MIB
 #: Of several results for one test (a rerun, a retried test), a failure is what to
 #: reproduce; among equals the newest, as the service sorts them.
 _PREFERRED = {"failed": 0, "broken": 1}
 
 
 def fetch_failure(target: ServiceTarget, *,
-                  timeout_s: float = DEFAULT_TIMEOUT_S) -> RecordedFailure:
+                  timeout_s: float | None = None) -> RecordedFailure:
+    """The recorded failure ``target`` names, read within ``timeout_s`` (default
+    :data:`DEFAULT_TIMEOUT_S`); a call the service does not answer as it should is a
+    ServiceError."""
     params = {"result": target.result_id} if target.result_id else {"test": target.test or ""}
-    url = f"{target.service}/api/runs/{target.run_id}/results"
-    try:
-        with httpx.Client(timeout=timeout_s) as client:
-            response = client.get(url, params=params)
-    except httpx.HTTPError as exc:
-        raise ReproError(f"cannot reach the results service at {target.service}: "
-                         f"{exc or type(exc).__name__}; check --service and that `harness "
-                         "serve` is running there") from exc
-    body = _json(response)
-    if response.status_code != 200:
-        reason = body.get("error") if isinstance(body, dict) else response.text[:500]
-        raise ReproError(f"the results service at {target.service} answered HTTP "
-                         f"{response.status_code} for run {target.run_id!r}: {reason}")
-    results = body.get("results") if isinstance(body, dict) else None
+    path = f"/api/runs/{quote(target.run_id, safe='')}/results"
+    call = ServiceCall(target.service.rstrip("/"), "GET", path,
+                       DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s, MAX_ANSWER_BYTES)
+    body = call.json_object(call.send(params=params))
+    results = body.get("results")
+    if isinstance(results, list):
+        results = [item for item in results
+                   if isinstance(item, dict) and isinstance(item.get("result"), dict)]
     if not isinstance(results, list) or not results:
-        raise ReproError(f"{url} answered without results; is {target.service} the address "
-                         "of `harness serve`?")
-    chosen = min(results, key=lambda item: _PREFERRED.get(
-        str(item.get("result", {}).get("status")), 9))
+        raise ReproError(f"{call.service}{call.path} answered without results; is "
+                         f"{target.service} the address of `harness serve`?")
+    chosen = min(results, key=lambda item: _PREFERRED.get(str(item["result"].get("status")), 9))
     origin = (f"run {target.run_id} on {target.service}, result "
-              f"{chosen.get('result', {}).get('uuid', '?')}")
-    return recorded_failure(chosen["result"], body.get("environment"),
-                            chosen.get("attachments") or {}, origin, target.test)
-
-
-def _json(response: httpx.Response) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        return None
+              f"{chosen['result'].get('uuid', '?')}")
+    environment = body.get("environment")
+    attachments = chosen.get("attachments")
+    return recorded_failure(chosen["result"],
+                            environment if isinstance(environment, str) else None,
+                            attachments if isinstance(attachments, dict) else {}, origin,
+                            target.test)
