@@ -35,6 +35,7 @@ from harness.errors import (
     ServerNotReadyError,
     ServerStuckError,
 )
+from harness.perf import measure
 from harness.perf.measure import measure_speed
 from harness.runners import subprocess_runner
 from harness.runners.base import RunningServer
@@ -286,6 +287,16 @@ def streams_without_end(conn: socket.socket) -> None:
         time.sleep(0.1)
 
 
+def streams_one_endless_line(conn: socket.socket) -> None:
+    """A stream whose first event never ends its line: nothing is ever a whole line."""
+    read_request(conn)
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                 b"Connection: close\r\n\r\ndata: {\"content\": \"")
+    with contextlib.suppress(OSError):
+        for _ in range(100_000):
+            conn.sendall(b"a" * 65536)
+
+
 def first_tokens_then_silence(conn: socket.socket) -> None:
     """First tokens at once; the timed completions after them are never answered."""
     head = read_request(conn)
@@ -311,6 +322,22 @@ def test_a_first_token_stream_without_end_ends_the_measurement() -> None:
         with pytest.raises(ServerApiError, match="did not end within 1s"):
             measure_speed(url, 4, 4, 1, timeout_s=1.0)
         assert time.monotonic() - started < 3
+
+
+@pytest.mark.parametrize(("cap", "timeout_s", "says"), [
+    # Capped first: 2 MiB arrives long before the deadline.
+    (2 << 20, 30.0, "sent a line of more than 2097152 bytes"),
+    # The deadline holds within a line that never ends, too.
+    (1 << 40, 1.0, "did not end within 1s"),
+])
+def test_a_first_token_stream_of_one_endless_line_is_cut(
+        monkeypatch: pytest.MonkeyPatch, cap: int, timeout_s: float, says: str) -> None:
+    monkeypatch.setattr(measure, "MAX_EVENT_BYTES", cap)
+    with serving(streams_one_endless_line) as url:
+        started = time.monotonic()
+        with pytest.raises(ServerApiError, match=says):
+            measure_speed(url, 4, 4, 1, timeout_s=timeout_s)
+        assert time.monotonic() - started < 10
 
 
 def test_a_measurement_ends_at_its_budget() -> None:

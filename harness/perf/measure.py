@@ -121,6 +121,10 @@ class _Budget:
             "measured lengths, or hanging")
 
 
+#: The longest line the first-token stream may send: one event with one token in it.
+MAX_EVENT_BYTES = 1 << 20
+
+
 def _time_to_first_token(http: httpx.Client, base_url: str, prompt: list[int],
                          timeout_s: float) -> float | None:
     """Milliseconds from sending a one-token streamed completion to its token's event.
@@ -145,12 +149,21 @@ def _time_to_first_token(http: httpx.Client, base_url: str, prompt: list[int],
                          timeout=timeout_s) as response:
             if response.status_code != 200:
                 return None
-            for line in response.iter_lines():
+            pending = b""
+            # Bytes, split here: iter_lines would hold one endless line in memory, and
+            # check the deadline only when a line ends.
+            for chunk in response.iter_bytes():
                 if time.monotonic() > deadline:
                     raise ServerApiError(f"the streamed completion at {url} did not end "
                                          f"within {timeout_s:g}s; the server keeps streaming")
-                if first is None and line.startswith("data:"):
-                    first = _first_token_ms(line, started)
+                *lines, pending = (pending + chunk).split(b"\n")
+                if len(pending) > MAX_EVENT_BYTES:
+                    raise ServerApiError(f"the streamed completion at {url} sent a line of "
+                                         f"more than {MAX_EVENT_BYTES} bytes; an event is "
+                                         "a few hundred")
+                for line in lines:
+                    if first is None and line.startswith(b"data:"):
+                        first = _first_token_ms(line.decode(errors="replace"), started)
     except httpx.HTTPError as exc:
         raise ServerApiError(f"the streamed completion at {url} failed: {exc!r}") from exc
     return first
