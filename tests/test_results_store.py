@@ -334,13 +334,15 @@ def test_a_run_stored_before_the_schema_that_breaks_it_is_skipped(
     for run in (good, infinite, nan):
         store.add_run(run)
     # What an older harness let in: SQLite keeps inf (and turns NaN into NULL), and
-    # JSON text columns took whatever json.dumps wrote, NaN included.
+    # JSON text columns took whatever json.dumps wrote, NaN included. Such a harness
+    # left runs.checked NULL: it is what has those runs checked again when read.
     engine = create_engine(store_url.replace("postgresql://", "postgresql+psycopg://"))
     with engine.begin() as conn:
         conn.execute(update(figures).where(figures.c.run_id == infinite.run_id)
                      .values(value=math.inf))
         conn.execute(update(runs).where(runs.c.run_id == nan.run_id)
                      .values(hardware='{"host": "h", "cpu": "c", "vram_mib": NaN}'))
+        conn.execute(update(runs).values(checked=None))
     engine.dispose()
     with caplog.at_level(logging.WARNING, logger="harness.results.store"):
         assert store.list_runs() == [good]
@@ -349,6 +351,10 @@ def test_a_run_stored_before_the_schema_that_breaks_it_is_skipped(
         assert store.list_runs(limit=1) == [good]
         assert store.latest_run() == good
         assert store.list_runs(limit=2, before_run=nan.run_id) == [good]
+        assert [s.run_id for s in store.list_summaries()] == [good.run_id]
+        assert [s.run_id for s in store.list_summaries(limit=1)] == [good.run_id]
+        assert list(store.figures_of([nan.run_id, infinite.run_id, good.run_id])) == [
+            good.run_id]
     assert infinite.run_id in caplog.text
     assert "$.figures[0].value" in caplog.text
     assert nan.run_id in caplog.text
@@ -365,6 +371,7 @@ def test_a_run_whose_stored_ab_result_breaks_the_schema_is_skipped(
         conn.execute(update(runs).where(runs.c.run_id == bad_metric.run_id).values(
             ab=json.dumps({**_ab_result(), "metrics": {"fps": {}}})))
         conn.execute(update(runs).where(runs.c.run_id == not_json.run_id).values(ab="{"))
+        conn.execute(update(runs).values(checked=None))  # as an older harness left them
     engine.dispose()
     with caplog.at_level(logging.WARNING, logger="harness.results.store"):
         assert store.list_runs() == [good]
@@ -580,7 +587,7 @@ def test_a_version_1_store_is_migrated_to_the_current_version(store_url: str) ->
         new = replace(make_run("after-migration", started_at=at(9)), ab=_ab_result())
         assert migrated.add_run(new, report=ReportState("ready"))
         assert migrated.list_runs() == [new, old]
-    assert _stored_version(store_url) == [STORE_SCHEMA_VERSION] == [4]
+    assert _stored_version(store_url) == [STORE_SCHEMA_VERSION] == [5]
     assert _stored_ab(store_url, old.run_id) is None
     # Opening it again changes nothing.
     with open_store(store_url) as again:
@@ -619,6 +626,7 @@ def test_a_version_3_store_is_migrated_keeping_its_figures_and_storing_predictio
     engine = create_engine(store_url.replace("postgresql://", "postgresql+psycopg://"))
     with engine.begin() as conn:  # back to what schema 3 held: no figures.predicted
         conn.exec_driver_sql("ALTER TABLE figures DROP COLUMN predicted")
+        conn.exec_driver_sql("ALTER TABLE runs DROP COLUMN checked")
         conn.execute(update(schema_version).values(version=3))
     engine.dispose()
     predicted = replace(make_run("predicted", started_at=at(9)),
@@ -664,10 +672,10 @@ def test_a_store_of_the_next_version_is_refused_naming_both(store_url: str) -> N
     with engine.begin() as conn:
         conn.execute(update(schema_version).values(version=STORE_SCHEMA_VERSION + 1))
     engine.dispose()
-    with pytest.raises(ResultsStoreError, match=r"has schema 5, newer than this harness's 4"):
+    with pytest.raises(ResultsStoreError, match=r"has schema 6, newer than this harness's 5"):
         open_store(store_url)
-    # Refused without a change: still version 5.
-    assert _stored_version(store_url) == [5]
+    # Refused without a change: still version 6.
+    assert _stored_version(store_url) == [6]
 
 
 def test_a_run_stored_before_the_suites_moved_keeps_its_history(store: ResultsStore) -> None:

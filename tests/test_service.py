@@ -24,8 +24,10 @@ from checkout import allure_missing
 from results_fixtures import (  # noqa: F401 - store_url is a fixture
     CPU_BOX,
     GPU_BOX,
+    KEY,
     at,
     fig,
+    figure_key,
     make_run,
     outcome,
     store_url,
@@ -33,6 +35,7 @@ from results_fixtures import (  # noqa: F401 - store_url is a fixture
 
 from harness.plugin.required import skip_unless_present
 from harness.results.run_record import RunRecord
+from harness.results.run_summary import RunSummary
 from harness.results.run_validation import run_from_json
 from harness.results.store import ResultsStore, open_store
 from harness.results.store_backends import ResultsStoreError
@@ -324,6 +327,27 @@ def test_history_is_per_branch_and_hardware(service: Service, tmp_path: Path) ->
     assert [json.loads(line)["run"] for line in lines] == ["main-2", "main-1", "main-3"]
 
 
+def test_history_of_one_metric_and_figure_key(service: Service, tmp_path: Path) -> None:
+    dense = figure_key(fixture="dense")
+    for minute in (1, 2):
+        run = make_run(f"main-{minute}", started_at=at(minute),
+                       figures=[fig("decode_tps", 100.0 + minute), fig("load_s", 0.5),
+                                fig("decode_tps", 50.0 + minute, key=dense)])
+        assert service.upload(tmp_path, run).status_code == 201
+    where = {"branch": "main", "hardware": CPU_BOX.identity}
+    with service.client() as client:
+        decode = client.get("/api/history", params={**where, "metric": "decode_tps"}).json()
+        one = client.get("/api/history", params={**where, "metric": "decode_tps",
+                                                 "key": dense.label()}).json()
+        unknown = client.get("/api/history", params={**where, "metric": "fps"})
+    assert [[(f["label"], f["metric"]) for f in r["figures"]] for r in decode["runs"]] == [
+        [(dense.label(), "decode_tps"), (KEY.label(), "decode_tps")]] * 2
+    assert [[f["median"] for f in r["figures"]] for r in one["runs"]] == [[51.0], [52.0]]
+    assert [r["outcomes"]["total"] for r in one["runs"]] == [0, 0]
+    assert unknown.status_code == 400
+    assert "decode_tps" in unknown.json()["error"]
+
+
 def test_report_states_pending_ready_and_served(start_service: ServiceFactory,
                                                 store_url: str,  # noqa: F811
                                                 tmp_path: Path) -> None:
@@ -375,6 +399,9 @@ class _DownStore(ResultsStore):
     """A store whose database went away after the service started."""
 
     def list_runs(self, **_: Any) -> list[RunRecord]:
+        raise ResultsStoreError("results store at test failed while listing runs: down")
+
+    def list_summaries(self, **_: Any) -> list[RunSummary]:
         raise ResultsStoreError("results store at test failed while listing runs: down")
 
 

@@ -29,7 +29,7 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from results_fixtures import GPU_BOX, _postgres_database, at, fig, make_run, outcome
+from results_fixtures import GPU_BOX, KEY, _postgres_database, at, fig, make_run, outcome
 from service_helpers import no_report
 from starlette.routing import Route
 from test_service import AUTH, GZIP, TOKEN
@@ -39,6 +39,7 @@ from harness.results.run_record import RunRecord
 from harness.service.app import ROUTE_STATUSES, create_app
 from harness.service.background import serve_in_thread
 from harness.service.bundle import make_bundle
+from harness.service.dashboard import series_id
 from harness.service.settings import ServiceSettings
 
 EXAMPLES = 40
@@ -306,13 +307,28 @@ ROUTE_REQUESTS: dict[tuple[str, str], tuple[st.SearchStrategy[Request], frozense
     ("GET", "/api/history"): (
         simple(lambda _: "/api/history", NO_ID,
                {"branch": either(st.sampled_from(BRANCHES)),
-                "hardware": valid(st.just(HARDWARE[0])), "limit": either(LIMITS)},
+                "hardware": valid(st.just(HARDWARE[0])), "limit": either(LIMITS),
+                "metric": either(st.sampled_from(["decode_tps", "load_s"])),
+                "key": either(st.just(KEY.label()))},
                required=("branch", "hardware")), frozenset({200})),
     ("GET", "/dashboard"): (
         simple(lambda _: "/dashboard", NO_ID,
                {"branch": either(st.sampled_from(BRANCHES)),
                 "hardware": either(st.sampled_from(HARDWARE)),
-                "limit": either(st.integers(1, 200).map(str))}), frozenset({200})),
+                "limit": either(st.integers(1, 200).map(str)),
+                "fixture": either(st.sampled_from(["tiny-llama", "nothing"])),
+                "metric": either(st.sampled_from(["all", "decode_tps", "kv_mib"])),
+                "changed": either(st.sampled_from(["0", "1"])),
+                "page": either(st.integers(1, 1_000_000).map(str))}), frozenset({200})),
+    # Valid: a series the seeded runs of that branch and hardware have, so it is drawn.
+    ("GET", "/dashboard/plot.svg"): (
+        simple(lambda _: "/dashboard/plot.svg", NO_ID,
+               {"branch": either(st.sampled_from(BRANCHES)),
+                "hardware": either(st.just(HARDWARE[0])),
+                "limit": either(st.integers(1, 200).map(str)),
+                "series": either(st.just(series_id(KEY, "decode_tps"))),
+                "v": either(st.text("0123456789abcdef-", max_size=40))},
+               required=("branch", "hardware", "series")), frozenset({200})),
     ("GET", "/runs/{run_id}/report"): (
         simple(lambda rid: f"/runs/{rid}/report", either(RUN_IDS), {}), frozenset({307})),
     ("GET", "/runs/{run_id}/report/{path:path}"): (

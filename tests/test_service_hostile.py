@@ -212,7 +212,7 @@ class _BrokenStore:
         self._inner = inner
 
     def __getattr__(self, name: str) -> Any:
-        if name == "list_runs":
+        if name in ("list_runs", "list_summaries"):
             def broken(**_: Any) -> Any:
                 raise RuntimeError("secret detail /var/lib/private-path")
             return broken

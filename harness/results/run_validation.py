@@ -92,6 +92,15 @@ def run_from_json(body: object, *, source: str = "run record") -> RunRecord:
     return _build(cast(Mapping[str, Any], body))
 
 
+def run_from_checked_json(body: Mapping[str, Any]) -> RunRecord:
+    """The run record in a body that passed the schema before, built without checking again.
+
+    Only for what the store wrote after :func:`check_run` said yes (its ``runs.checked``
+    rows): checking every stored run again on every read is what made listings slow.
+    """
+    return _build(body)
+
+
 def check_run(run: RunRecord) -> None:
     """Raise :class:`RunRecordError` if ``run`` (maybe built in code) breaks the schema."""
     _check(run.to_json(), f"run {show_value(run.run_id)}",

@@ -6,24 +6,27 @@
 :mod:`harness.results.store_tables`, what differs between the backends is
 :mod:`harness.results.store_backends`, and how a record becomes rows and back is
 :mod:`harness.results.store_rows`.
-Every run goes in through :func:`check_run` and comes out through :func:`run_from_json`,
-so both backends keep exactly the runs the ``run.json`` schema accepts.
+Every run goes in through :func:`check_run`, so both backends keep exactly the runs the
+``run.json`` schema accepts, and is marked checked (``runs.checked``); what the selected
+rows become on the way out (records, summaries, figures, and the runs from before that
+mark checked once) is :mod:`harness.results.store_reading`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any
+from typing import TypeVar
 
-from sqlalchemy import ColumnElement, Connection, Engine, and_, func, or_, select
+from sqlalchemy import ColumnElement, Connection, Engine, RowMapping, and_, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from harness.results.run_record import RunRecord
-from harness.results.run_validation import check_run, run_from_json
+from harness.results.run_record import Figure, RunRecord
+from harness.results.run_summary import RunSummary
+from harness.results.run_validation import check_run
 from harness.results.store_backends import (
     WRITE,
     ResultsStoreError,
@@ -33,20 +36,20 @@ from harness.results.store_backends import (
     driver_reason,
     engine_url,
 )
+from harness.results.store_reading import RowReader
 from harness.results.store_rows import (
     ReportState,
-    figure_json,
     figure_row,
-    outcome_json,
     outcome_row,
     report_row,
     report_state,
-    run_json,
     run_row,
 )
 from harness.results.store_tables import create_schema, figures, outcomes, reports, runs
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def open_store(url: str | None = None) -> ResultsStore:
@@ -86,6 +89,8 @@ class ResultsStore:
         self._engine = engine
         #: The store's URL with the password hidden.
         self.url_for_display = url_for_display
+        # Per store object: what it remembers of the runs it has checked.
+        self._reader = RowReader()
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -207,7 +212,7 @@ class ResultsStore:
         """The stored run ``run_id``, or None."""
         with self._errors(f"reading run {run_id}"), self._engine.connect() as conn:
             rows = conn.execute(select(runs).where(runs.c.run_id == run_id)).mappings().all()
-            loaded = _load(conn, rows)
+            loaded = self._reader.records(conn, rows)
         return loaded[0] if loaded else None
 
     def list_runs(self, *, branch: str | None = None, hardware: str | None = None,
@@ -217,36 +222,66 @@ class ResultsStore:
         ``hardware`` matches :attr:`Hardware.identity`; ``before_run`` keeps only runs
         older than that stored run in this same order.
         """
+        with self._errors("listing runs"), self._engine.connect() as conn:
+            return self._page(conn, self._reader.records, branch=branch, hardware=hardware,
+                              limit=limit, before_run=before_run)
+
+    def list_summaries(self, *, branch: str | None = None, hardware: str | None = None,
+                       limit: int | None = None,
+                       before_run: str | None = None) -> list[RunSummary]:
+        """The runs :meth:`list_runs` lists, as summaries: their outcomes counted by the
+        database and their figures not read at all."""
+        with self._errors("listing runs"), self._engine.connect() as conn:
+            return self._page(conn, self._reader.summaries, branch=branch, hardware=hardware,
+                              limit=limit, before_run=before_run)
+
+    def figures_of(self, run_ids: Sequence[str], metric: str | None = None,
+                   key: str | None = None) -> dict[str, tuple[Figure, ...]]:
+        """The figures of each of ``run_ids`` in the run's order: only ``metric``'s when
+        given, and only those of the figure key whose label is ``key``. A run that is not
+        stored, or does not read as a run record, is left out."""
+        ids = list(dict.fromkeys(run_ids))
+        if not ids:
+            return {}
+        with self._errors("reading figures"), self._engine.connect() as conn:
+            found = conn.execute(select(runs.c.run_id, runs.c.checked)
+                                 .where(runs.c.run_id.in_(ids))).mappings().all()
+            return self._reader.figures(conn, ids, found, metric=metric, key=key)
+
+    def _page(self, conn: Connection, load: Callable[[Connection, Sequence[RowMapping]], list[T]],
+              *, branch: str | None, hardware: str | None, limit: int | None,
+              before_run: str | None) -> list[T]:
+        """What ``load`` makes of the runs matching the filters, newest first, up to
+        ``limit`` of them (list_runs' order and filters)."""
         query = select(runs)
         if branch is not None:
             query = query.where(runs.c.branch == branch)
         if hardware is not None:
             query = query.where(runs.c.hardware_identity == hardware)
-        with self._errors("listing runs"), self._engine.connect() as conn:
-            if before_run is not None:
-                pivot = conn.execute(select(runs.c.started_at, runs.c.seq)
-                                     .where(runs.c.run_id == before_run)).first()
-                if pivot is None:
-                    raise ResultsStoreError(
-                        f"no run {before_run!r} in the results store at "
-                        f"{self.url_for_display}; `harness compare` lists the stored runs "
-                        "when given an unknown one")
-                query = query.where(_older_than(*pivot))
-            query = query.order_by(runs.c.started_at.desc(), runs.c.seq.desc())
-            if limit is None:
-                return _load(conn, conn.execute(query).mappings().all())
-            # A run _load leaves out (it fails the schema) must not shorten the page, or
-            # make latest_run say there is none: read on past it until the page is full.
-            found: list[RunRecord] = []
-            page = query
-            while len(found) < limit:
-                wanted = limit - len(found)
-                rows = conn.execute(page.limit(wanted)).mappings().all()
-                found += _load(conn, rows)
-                if len(rows) < wanted:
-                    break
-                page = query.where(_older_than(rows[-1]["started_at"], rows[-1]["seq"]))
-            return found
+        if before_run is not None:
+            pivot = conn.execute(select(runs.c.started_at, runs.c.seq)
+                                 .where(runs.c.run_id == before_run)).first()
+            if pivot is None:
+                raise ResultsStoreError(
+                    f"no run {before_run!r} in the results store at "
+                    f"{self.url_for_display}; `harness compare` lists the stored runs "
+                    "when given an unknown one")
+            query = query.where(_older_than(*pivot))
+        query = query.order_by(runs.c.started_at.desc(), runs.c.seq.desc())
+        if limit is None:
+            return load(conn, conn.execute(query).mappings().all())
+        # A run load leaves out (it fails the schema) must not shorten the page, or make
+        # latest_run say there is none: read on past it until the page is full.
+        found: list[T] = []
+        page = query
+        while len(found) < limit:
+            wanted = limit - len(found)
+            rows = conn.execute(page.limit(wanted)).mappings().all()
+            found += load(conn, rows)
+            if len(rows) < wanted:
+                break
+            page = query.where(_older_than(rows[-1]["started_at"], rows[-1]["seq"]))
+        return found
 
     def latest_run(self, *, branch: str | None = None,
                    hardware: str | None = None) -> RunRecord | None:
@@ -269,32 +304,3 @@ def _older_than(started_at: str, seq: int) -> ColumnElement[bool]:
     return or_(runs.c.started_at < started_at,
                and_(runs.c.started_at == started_at, runs.c.seq < seq))
 
-
-def _load(conn: Connection, rows: Sequence[Any]) -> list[RunRecord]:
-    """Records for ``rows`` of ``runs``, in their order, with outcomes and figures.
-
-    Each is rebuilt through the run.json schema. One that fails it (a NaN stored before
-    add_run checked runs) is left out with a warning, so it cannot take listing down.
-    """
-    if not rows:
-        return []
-    ids = [row["run_id"] for row in rows]
-    found_outcomes: dict[str, list[dict[str, Any]]] = {i: [] for i in ids}
-    for o in conn.execute(select(outcomes).where(outcomes.c.run_id.in_(ids))
-                          .order_by(outcomes.c.run_id, outcomes.c.position)).mappings():
-        found_outcomes[o["run_id"]].append(outcome_json(o))
-    found_figures: dict[str, list[dict[str, Any]]] = {i: [] for i in ids}
-    for f in conn.execute(select(figures).where(figures.c.run_id.in_(ids))
-                          .order_by(figures.c.run_id, figures.c.position)).mappings():
-        found_figures[f["run_id"]].append(figure_json(f))
-    loaded: list[RunRecord] = []
-    for row in rows:
-        run_id = row["run_id"]
-        try:
-            loaded.append(run_from_json(
-                run_json(row, found_outcomes[run_id], found_figures[run_id]),
-                source=f"stored run {run_id!r}"))
-        except ValueError as exc:  # RunRecordError, or JSON text that does not parse
-            log.warning("results store: skipping run %r, which no longer reads as a run "
-                        "record: %s", run_id, exc)
-    return loaded

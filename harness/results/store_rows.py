@@ -10,14 +10,25 @@ transaction.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from sqlalchemy import RowMapping
 
-from harness.results.run_record import Figure, RunRecord, TestOutcome
+from harness.results.run_record import (
+    BuildRef,
+    Figure,
+    FigureKey,
+    Hardware,
+    Outcome,
+    RunRecord,
+    TestOutcome,
+)
+from harness.results.run_summary import RunSummary
+from harness.results.run_validation import run_from_checked_json
 from harness.results.store_tables import KEY_FIELDS
+from harness.results.test_ids import current_test_id
 
 #: A report waits for the service's worker (pending), was made (ready) or could not be.
 REPORT_STATES = frozenset({"pending", "ready", "failed"})
@@ -51,13 +62,14 @@ def _dumps(value: Any) -> str:
 
 
 def run_row(run: RunRecord) -> dict[str, Any]:
+    """The ``runs`` row of ``run``, which the caller has checked (add_run: check_run)."""
     return {
         "run_id": run.run_id, "branch": run.branch, "commit": run.commit,
         "started_at": run.started_at, "finished_at": run.finished_at,
         "hardware_identity": run.hardware.identity,
         "hardware": _dumps(asdict(run.hardware)), "build": _dumps(asdict(run.build)),
         "harness_version": run.harness_version, "labels": _dumps(run.labels),
-        "ab": None if run.ab is None else _dumps(run.ab),
+        "ab": None if run.ab is None else _dumps(run.ab), "checked": True,
     }
 
 
@@ -95,10 +107,67 @@ def report_state(row: RowMapping) -> ReportState:
                        queued_ns=int(row["queued_ns"]), updated_at=row["updated_at"])
 
 
+def run_summary(row: RowMapping, outcome_counts: Mapping[str, int]) -> RunSummary:
+    """A ``runs`` row whose run reads as a run record, as a summary.
+
+    Raises ValueError for a JSON column that does not parse.
+    """
+    return RunSummary(
+        run_id=row["run_id"], branch=row["branch"], commit=row["commit"],
+        started_at=row["started_at"], finished_at=row["finished_at"],
+        hardware=Hardware(**json.loads(row["hardware"])),
+        build=BuildRef(**json.loads(row["build"])), outcome_counts=dict(outcome_counts))
+
+
 def outcome_json(row: RowMapping) -> dict[str, Any]:
     """An ``outcomes`` row as the run.json outcome it was."""
     return {"test_id": row["test_id"], "outcome": row["outcome"],
             "duration_s": row["duration_s"], "message": row["message"]}
+
+
+def run_from_rows(row: RowMapping, outcome_rows: Sequence[Sequence[Any]],
+                  figure_rows: Sequence[Sequence[Any]],
+                  keys: dict[tuple[Any, ...], FigureKey]) -> RunRecord:
+    """The record of a run stored checked, from its rows, without the schema: outcomes
+    selected as :data:`OUTCOME_COLUMNS`, figures as :data:`FIGURE_COLUMNS`.
+
+    Raises ValueError for a JSON column that does not parse.
+    """
+    record = run_from_checked_json(run_json(row, (), ()))
+    return replace(record, outcomes=tuple(outcome_from_row(o) for o in outcome_rows),
+                   figures=tuple(figure_from_row(f, keys) for f in figure_rows))
+
+
+#: The ``outcomes`` columns :func:`outcome_from_row` reads, in its order.
+OUTCOME_COLUMNS = ("run_id", "test_id", "outcome", "duration_s", "message")
+
+
+def outcome_from_row(values: Sequence[Any]) -> TestOutcome:
+    """An ``outcomes`` row of a run stored checked, selected as :data:`OUTCOME_COLUMNS`,
+    as the outcome it was (as run_validation builds one, test id renaming included)."""
+    _, test_id, outcome, duration_s, message = values
+    return TestOutcome(test_id=current_test_id(test_id), outcome=Outcome(outcome),
+                       duration_s=float(duration_s), message=message)
+
+
+#: The ``figures`` columns :func:`figure_from_row` reads, in its order.
+FIGURE_COLUMNS = ("run_id", "test_id", "metric", "value", "predicted", *KEY_FIELDS)
+
+
+def figure_from_row(values: Sequence[Any], keys: dict[tuple[Any, ...], FigureKey]) -> Figure:
+    """A ``figures`` row of a run stored checked, selected as :data:`FIGURE_COLUMNS`, as
+    the figure it was (as run_validation builds one, test id renaming included).
+
+    ``keys`` holds the keys made so far, one object per key: a run has hundreds of
+    figures over a few dozen keys, and a history reads those of a thousand runs.
+    """
+    _, test_id, metric, value, predicted, *key_values = values
+    found = tuple(key_values)
+    key = keys.get(found)
+    if key is None:
+        key = keys[found] = FigureKey(*found)
+    return Figure(test_id=current_test_id(test_id), key=key, metric=metric,
+                  value=float(value), predicted=None if predicted is None else float(predicted))
 
 
 def figure_json(row: RowMapping) -> dict[str, Any]:

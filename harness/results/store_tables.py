@@ -13,6 +13,7 @@ from dataclasses import fields
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     Connection,
     Engine,
@@ -39,7 +40,9 @@ log = logging.getLogger(__name__)
 #: of the version before up to it and a test that opens such a store
 #: (tests/test_results_store.py). A store written by a newer harness is refused.
 #: 1: runs, outcomes, figures. 2: reports. 3: runs.ab. 4: figures.predicted.
-STORE_SCHEMA_VERSION = 4
+#: 5: runs.checked, listing indexes per branch, hardware and both, and figures by run and
+#: metric.
+STORE_SCHEMA_VERSION = 5
 
 #: Arbitrary constant naming the advisory lock that serialises schema creation.
 _PG_SCHEMA_LOCK = 0x6C6C616D  # "llam"
@@ -57,6 +60,22 @@ schema_version = Table(
     "schema_version", metadata,
     Column("version", Integer, primary_key=True, autoincrement=False),
 )
+
+#: The orders runs are listed in, newest first (list_runs: ``started_at``, then ``seq``),
+#: with or without the branch and hardware filters: each filter and the order come from
+#: one index, so a page is read from its start instead of sorting every matching run.
+LISTING_INDEXES = (
+    Index("ix_runs_order", "started_at", "seq"),
+    Index("ix_runs_branch_order", "branch", "started_at", "seq"),
+    Index("ix_runs_hardware_order", "hardware_identity", "started_at", "seq"),
+    Index("ix_runs_branch_hardware_order", "branch", "hardware_identity", "started_at", "seq"),
+)
+#: A history of one metric reads that metric's figures of up to a thousand runs: without
+#: it, a database reads every figure of each (or, SQLite, every run's figures of that
+#: metric by ix_figures_metric, and sorts them).
+FIGURES_BY_METRIC = Index("ix_figures_run_metric", "run_id", "metric", "position")
+#: What schema 4 indexed runs by, which the listing indexes replace.
+_OLD_RUNS_INDEXES = ("ix_runs_branch", "ix_runs_hardware")
 
 # seq is the surrogate key because SQLite only autoincrements an INTEGER PRIMARY KEY;
 # run_id is unique, which is what makes add_run idempotent under concurrency.
@@ -76,9 +95,12 @@ runs = Table(
     # The run's A/B result as JSON text, NULL for a run without one. Text, not a column
     # per value: nothing queries inside it, and it reads back through the schema whole.
     Column("ab", Text, nullable=True),
-    Index("ix_runs_order", "started_at", "seq"),
-    Index("ix_runs_branch", "branch"),
-    Index("ix_runs_hardware", "hardware_identity"),
+    # True: add_run checked the run against the run.json schema before writing it, so it
+    # reads back without being checked again. NULL: written by a harness before store
+    # schema 5, whose rows may predate that check (schema 1 took NaN); those are checked
+    # when read.
+    Column("checked", Boolean, nullable=True),
+    *LISTING_INDEXES,
 )
 
 # position keeps the record's order so a stored run reads back equal to what was added.
@@ -108,6 +130,7 @@ figures = Table(
     *(Column(name, Integer if name in _INT_KEY_FIELDS else String(), nullable=False)
       for name in KEY_FIELDS),
     Index("ix_figures_metric", "metric", "hardware_identity"),
+    FIGURES_BY_METRIC,
 )
 
 # queued_ns is a BigInteger: time.time_ns() overflows PostgreSQL's 32-bit INTEGER.
@@ -173,5 +196,17 @@ def _add_predicted(conn: Connection) -> None:
     conn.execute(text("ALTER TABLE figures ADD COLUMN predicted FLOAT"))
 
 
+def _add_checked_and_listing_indexes(conn: Connection) -> None:
+    """4 -> 5: runs.checked, NULL for every run already stored (each is checked when
+    read, as before), the listing indexes in place of the single-column ones, and
+    figures by run and metric."""
+    conn.execute(text("ALTER TABLE runs ADD COLUMN checked BOOLEAN"))
+    for name in _OLD_RUNS_INDEXES:
+        conn.execute(text(f"DROP INDEX IF EXISTS {name}"))
+    for index in (*LISTING_INDEXES, FIGURES_BY_METRIC):
+        index.create(conn, checkfirst=True)
+
+
 #: Step n brings a store at schema n to n + 1, inside create_schema's transaction.
-_MIGRATIONS = {1: _add_reports, 2: _add_ab, 3: _add_predicted}
+_MIGRATIONS = {1: _add_reports, 2: _add_ab, 3: _add_predicted,
+               4: _add_checked_and_listing_indexes}

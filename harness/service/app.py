@@ -15,11 +15,14 @@ Endpoints (JSON unless said otherwise; errors are ``{"error": "<what and the fix
 - ``GET /api/compare?base=SELECTOR&head=RUN_ID[&window&threshold&z&min_runs]
   [&format=markdown]``: what ``harness compare`` says; 409 on a hardware mismatch,
   404 for an unknown run or baseline.
-- ``GET /api/history?branch=&hardware=``: one branch on one hardware (a
-  ``Hardware.identity``), oldest run first, with outcome counts and figure medians.
-- ``GET /dashboard?branch=&hardware=[&limit=]``: the performance dashboard of one
-  branch on one hardware (HTML, one plot per figure key and metric; no JavaScript);
-  without both, the index of every branch and hardware with runs (either one filters it).
+- ``GET /api/history?branch=&hardware=[&metric=&key=&limit=]``: one branch on one
+  hardware (a ``Hardware.identity``), oldest run first, with outcome counts and figure
+  medians (of one metric, and of one figure key by its label, when given).
+- ``GET /dashboard?branch=&hardware=[&limit=&fixture=&metric=&changed=&page=]``: the
+  performance dashboard of one branch on one hardware (HTML, a page of plots of figure
+  keys and metrics; no JavaScript); without both, the index of every branch and hardware
+  with runs (either one filters it). ``GET /dashboard/plot.svg``: one of its plots.
+  Both are :mod:`harness.service.dashboard_routes`.
 - ``GET /runs/{run_id}/report/...``: the run's Allure report (202 while it is being
   made, 404 when it failed or there is none).
 - ``GET /healthz``: 200 once the store answers, 503 otherwise.
@@ -62,7 +65,6 @@ from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import (
     FileResponse,
-    HTMLResponse,
     JSONResponse,
     PlainTextResponse,
     RedirectResponse,
@@ -78,13 +80,14 @@ from harness.results.comparison import HardwareMismatchError, compare
 from harness.results.comparison_render import comparison_json, comparison_markdown
 from harness.results.noise_rule import NoiseRule
 from harness.results.rules import NOISE_MIN_RUNS, NOISE_THRESHOLD, NOISE_WINDOW, NOISE_Z
+from harness.results.run_record import METRICS
 from harness.results.run_validation import RunRecordError
 from harness.results.store import ResultsStore, open_store
 from harness.results.store_backends import ResultsStoreError
 from harness.service import summaries
 from harness.service.bundle import BundleRejectedError, BundleTooLargeError
-from harness.service.dashboard import dashboard_series, index_rows
-from harness.service.dashboard_page import PAGE_CSP, render_index, render_page
+from harness.service.dashboard_reads import DashboardReads
+from harness.service.dashboard_routes import DASHBOARD_STATUSES, Dashboard
 from harness.service.guard import RequestGuard
 from harness.service.ingest import Ingested, Ingestor
 from harness.service.layout import Layout, is_valid_run_id
@@ -109,7 +112,7 @@ ROUTE_STATUSES: dict[tuple[str, str], frozenset[int]] = {
     ("GET", "/api/runs/{run_id}/results"): frozenset({200, 400, 404}),
     ("GET", "/api/compare"): frozenset({200, 400, 404, 409}),
     ("GET", "/api/history"): frozenset({200, 400}),
-    ("GET", "/dashboard"): frozenset({200, 400}),
+    **DASHBOARD_STATUSES,
     ("GET", "/runs/{run_id}/report"): frozenset({307, 404}),
     ("GET", "/runs/{run_id}/report/{path:path}"): frozenset({200, 202, 400, 404}),
     ("GET", "/healthz"): frozenset({200}),
@@ -230,7 +233,8 @@ class _Service:
         limit = _LIST_LIMIT.read(params)
 
         def read() -> list[dict[str, Any]]:
-            runs = self.store.list_runs(branch=branch, hardware=hardware, limit=limit)
+            # Summaries: a listing reads no run's figures.
+            runs = self.store.list_summaries(branch=branch, hardware=hardware, limit=limit)
             reports = read_states(self.store, [run.run_id for run in runs])
             return [summaries.run_summary(run, reports[run.run_id]) for run in runs]
 
@@ -314,30 +318,19 @@ class _Service:
             return _error(400, "history needs ?branch=NAME&hardware=IDENTITY (the "
                           "hardware.identity of a run, as GET /api/runs shows it)")
         limit = _HISTORY_LIMIT.read(params)
+        metric, key = _METRIC.read(params), _KEY.read(params)
+        if metric is not None and metric not in METRICS:
+            return _error(400, f"metric {shown(metric)} is not one the harness records; "
+                          f"use one of {', '.join(METRICS)}")
 
         def read() -> dict[str, Any]:
-            runs = self.store.list_runs(branch=branch, hardware=hardware, limit=limit)
-            reports = read_states(self.store, [run.run_id for run in runs])
-            return summaries.history(branch, hardware, runs, reports)
+            runs = self.store.list_summaries(branch=branch, hardware=hardware, limit=limit)
+            ids = [run.run_id for run in runs]
+            figures = self.store.figures_of(ids, metric=metric, key=key)
+            return summaries.history(branch, hardware, runs, figures,
+                                     read_states(self.store, ids))
 
         return JSONResponse(await run_in_threadpool(read))
-
-    async def dashboard(self, request: Request) -> Response:
-        params = request.query_params
-        branch, hardware = _BRANCH.read(params), _HARDWARE.read(params)
-        limit = _DASHBOARD_LIMIT.read(params)
-
-        def read() -> str:
-            if branch and hardware:
-                runs = self.store.list_runs(branch=branch, hardware=hardware, limit=limit)
-                described = runs[0].hardware.describe() if runs else ""
-                return render_page(branch, hardware, described,
-                                   dashboard_series(list(reversed(runs))))
-            return render_index(index_rows(self.store.list_runs(
-                branch=branch, hardware=hardware, limit=MAX_LIST_LIMIT)))
-
-        return HTMLResponse(await run_in_threadpool(read),
-                            headers={"Content-Security-Policy": PAGE_CSP})
 
     async def report_root(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
@@ -395,10 +388,10 @@ def _bearer(error: str | None = None) -> dict[str, str]:
 
 
 _BRANCH, _HARDWARE = Text("branch"), Text("hardware")
+#: History of one metric, and of one figure key by its label (as the history shows it).
+_METRIC, _KEY = Text("metric"), Text("key")
 _LIST_LIMIT = Count("limit", DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT)
 _HISTORY_LIMIT = Count("limit", MAX_LIST_LIMIT, 1, MAX_LIST_LIMIT)
-#: Runs one dashboard draws: enough for two months of nightlies, few enough for one page.
-_DASHBOARD_LIMIT = Count("limit", 60, 1, 200)
 #: Bounds wide enough for any real comparison, narrow enough that no value can
 #: overflow a database LIMIT or turn the noise arithmetic into inf.
 _WINDOW = Count("window", NOISE_WINDOW, 1, MAX_LIST_LIMIT)
@@ -446,6 +439,7 @@ def create_app(settings: ServiceSettings,
     _clear_tmp(layout)
     store = open_results(settings.results_url)
     service = _Service(settings, store)
+    dashboard = Dashboard(store, DashboardReads(settings.results_url))
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -455,6 +449,7 @@ def create_app(settings: ServiceSettings,
             yield
         finally:
             await run_in_threadpool(service.reports.stop)
+            dashboard.close()
             store.close()
 
     app = Starlette(
@@ -465,7 +460,7 @@ def create_app(settings: ServiceSettings,
             Route("/api/runs/{run_id}/results", service.get_results, methods=["GET"]),
             Route("/api/compare", service.compare, methods=["GET"]),
             Route("/api/history", service.history, methods=["GET"]),
-            Route("/dashboard", service.dashboard, methods=["GET"]),
+            *dashboard.routes(),
             Route("/runs/{run_id}/report", service.report_root, methods=["GET"]),
             Route("/runs/{run_id}/report/{path:path}", service.report, methods=["GET"]),
             Route("/healthz", service.healthz, methods=["GET"]),
@@ -475,5 +470,6 @@ def create_app(settings: ServiceSettings,
         lifespan=lifespan,
     )
     app.state.service = service
+    app.state.dashboard = dashboard
     log.info("results service on %s, data in %s", store.url_for_display, settings.data_dir)
     return app

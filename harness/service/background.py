@@ -25,7 +25,10 @@ STARTUP_TIMEOUT_S = 30.0
 def serve_in_thread(app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0,
                     timeout_s: float = STARTUP_TIMEOUT_S) -> Iterator[str]:
     """Serve ``app``; yields its base URL (``http://host:port``) once it is started."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not left 0: asyncio sets TCP_NODELAY only on sockets whose proto
+    # says TCP, and without it every answer on a kept-alive connection waited ~40 ms for
+    # the client's delayed ACK (uvicorn's own bind, as in `harness serve`, names it).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound_port = sock.getsockname()[1]

@@ -9,13 +9,19 @@ before it — the gate's own :func:`harness.results.noise_rule.judge` — with t
 values that rule lets pass: the window's mean ± the largest of the relative threshold,
 ``z`` standard deviations and the metric's absolute floor.
 
-The index lists every branch and hardware pair with runs, newest first.
+Each series has an id (:func:`series_id`) that names it in URLs: the same figure key and
+metric give the same id in every process and on every night, so a series keeps its
+name while its runs change.
+
+An :class:`IndexRow` is one line of the index: a branch and hardware pair with runs
+(harness/service/dashboard_reads.py counts them in the store).
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable, Sequence
+import hashlib
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.results.noise_rule import DEFAULT_NOISE_RULE, NoiseRule, judge
@@ -45,6 +51,15 @@ class DashboardSeries:
     points: tuple[DashboardPoint, ...]
 
     @property
+    def ident(self) -> str:
+        return series_id(self.key, self.metric.name)
+
+    @property
+    def changed(self) -> bool:
+        """Whether the history rule called any of these runs regressed or improved."""
+        return any(p.status in _CHANGES for p in self.points)
+
+    @property
     def title(self) -> str:
         k = self.key
         return (f"{self.metric.name} ({self.metric.unit}) · {k.fixture} · {k.backend} · "
@@ -59,6 +74,18 @@ class IndexRow:
     description: str
     runs: int
     latest: str
+
+
+#: The statuses "changed only" keeps a series for.
+_CHANGES = frozenset({FigureStatus.REGRESSED, FigureStatus.IMPROVED})
+
+
+def series_id(key: FigureKey, metric: str) -> str:
+    """16 hex digits naming the series of ``key`` and ``metric``, the same everywhere."""
+    # vars(), not asdict(): the key's fields are flat, and asdict's deep copy made this
+    # the most of building a page of 24,000 series.
+    text = json.dumps([vars(key), metric], sort_keys=True, ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()[:16]
 
 
 def dashboard_series(runs_oldest_first: Sequence[RunRecord],
@@ -85,18 +112,6 @@ def dashboard_series(runs_oldest_first: Sequence[RunRecord],
                 status=judged.status, ab_verdict=_ab_verdict(run, name)))
         series.append(DashboardSeries(key, metric, tuple(points)))
     return tuple(sorted(series, key=lambda s: (s.key.fixture, s.metric.name, repr(s.key))))
-
-
-def index_rows(runs_newest_first: Iterable[RunRecord]) -> tuple[IndexRow, ...]:
-    """One row per branch and hardware, newest first."""
-    newest: dict[tuple[str, str], RunRecord] = {}
-    counts: Counter[tuple[str, str]] = Counter()
-    for run in runs_newest_first:
-        pair = (run.branch, run.hardware.identity)
-        newest.setdefault(pair, run)
-        counts[pair] += 1
-    return tuple(IndexRow(run.branch, run.hardware.identity, run.hardware.describe(),
-                          counts[pair], run.started_at) for pair, run in newest.items())
 
 
 def _band(mean: float | None, stdev: float | None, n: int, rule: NoiseRule,
