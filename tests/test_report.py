@@ -134,6 +134,7 @@ def test_environment_file_is_sorted_ascii(tmp_path: Path) -> None:
 #: The categories in their order: one per failure class and per failing GPU state, named
 #: after the member, between the harness's own.
 EXPECTED_NAMES = ["Known flake", "Build failure", "Harness bug: a sent flag was refused",
+                  "Release not modelled by the harness",
                   *(f"Start failure: {kind.value}" for kind in FailureClass),
                   *(f"GPU use: {state.value}" for state in FAILING_STATES),
                   "Infrastructure / timeout", "Plan-forwarding mismatch"]
