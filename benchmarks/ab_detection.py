@@ -3,7 +3,8 @@ against ground truth measured solo?
 
     .venv/bin/python benchmarks/ab_detection.py [--kinds all] [--levels 0.10]
         [--designs sequential,interleaved,duet] [--decisions sequential=20,duet=6,...]
-        [--aa 0] [--n-prompt 32] [--log ab-detection.jsonl] [--budget-s 180]
+        [--aa 0] [--n-prompt 32] [--ttft-prompt auto] [--log ab-detection.jsonl]
+        [--budget-s 180]
         [--deadline-s S] [--report-only]
 
 For each kind of slowdown the slowed build carries (harness/builds/slowed.py SLOWDOWNS)
@@ -25,10 +26,11 @@ and each level (a fraction: 0.10 is 10 % worse on the metric the kind moves):
    own pairs) is printed beside it as a ratio: 1.0 keeps the size, below 1 compresses.
 
 ``--aa N`` adds N A/A decisions per design (the pinned build as both arms): false alarms.
-``--n-prompt N`` times requests with an N-token prompt (``harness ab --n-prompt``): on the
-32-token default ``ttft_ms`` is about 16 ms here, so a 10 % first-token change (1.6 ms)
-is under the metric's 5 ms floor; at 1024 tokens it is about 300 ms. Cells, sizes and
-truths are kept apart per prompt length.
+``--n-prompt N`` times the completions with an N-token prompt and ``--ttft-prompt N|auto``
+the first token (``harness ab``'s options; auto: sized by a probe start, about 1024 tokens
+here). On a 32-token first-token prompt ``ttft_ms`` is about 16 ms here, so a 10 %
+first-token change (1.6 ms) is under the metric's 5 ms floor; at 1024 tokens it is about
+300 ms. Cells, sizes and truths are kept apart per pair of prompt settings.
 Every probe and decision is appended to ``--log`` (JSONL) when made, so a stopped run
 resumes; the table judges each decision's pairs again with today's rule (a log made
 before a rule change reads as the rule now decides); decisions go round robin over the
@@ -135,7 +137,8 @@ class Cell:
     kind: str  # a SLOWDOWNS name, or "aa"
     level: float
     design: str
-    n_prompt: int = DEFAULT_PROMPT_TOKENS
+    #: The prompt settings: "N/M" (timed prompt N, first-token prompt M or auto).
+    prompts: str = f"{DEFAULT_PROMPT_TOKENS}/auto"
 
     @property
     def metric(self) -> str:
@@ -145,13 +148,16 @@ class Cell:
 class Bench:
     """The arms, the fixture and the log: every measurement this benchmark makes."""
 
-    def __init__(self, log: Path, budget_s: float, n_prompt: int) -> None:
+    def __init__(self, log: Path, budget_s: float, n_prompt: int,
+                 ttft_prompt: int | None) -> None:
         cache = cache_root()
         self.pinned = Arm("baseline", binary=ensure_build(cache, BuildRequest()).binary)
         self.slowed = Arm("candidate", binary=ensure_slowed_build(cache).binary)
         self.model = modelgen.ensure_fixtures().model("bench")
         self.rule = AbRule(budget_s=budget_s)
         self.n_prompt = n_prompt
+        self.ttft_prompt = ttft_prompt
+        self.prompts = f"{n_prompt}/{'auto' if ttft_prompt is None else ttft_prompt}"
         self.plain = {k: v for k, v in os.environ.items()
                       if k not in {kind.env for kind in SLOWDOWNS}}
         self.log = log
@@ -169,7 +175,7 @@ class Bench:
         rule = self.rule if budget_s is None else replace(self.rule, budget_s=budget_s)
         settings = AbSettings(model=self.model, fixture="bench", rule=rule, design=design,
                               metrics=(metric,), validated=frozenset(AB_METRICS),
-                              n_prompt=self.n_prompt)
+                              n_prompt=self.n_prompt, ttft_prompt=self.ttft_prompt)
         if kind == "aa":
             candidate, env = replace(self.pinned, label="candidate"), self.plain
         else:
@@ -179,7 +185,8 @@ class Bench:
                                    env={"baseline": self.plain, "candidate": env}))
         decided = body["metrics"][0]
         pairs = _pairs_by_metric(body)
-        return {"n_prompt": self.n_prompt, "verdict": decided["verdict"],
+        return {"prompts": self.prompts, "ttft_prompt": body.get("ttft_prompt"),
+                "verdict": decided["verdict"],
                 "decided_after_s": decided["decided_after_s"], "elapsed_s": body["elapsed_s"],
                 "seed": body["seed"],
                 "effect": _median_effect(pairs.get(metric, []), metric),
@@ -190,14 +197,14 @@ class Bench:
         """The pinned build's medians under the sequential design (one A/A block)."""
         if self._baseline is None:
             logged = [e for e in self.entries
-                      if e["case"] == "baseline" and _prompt(e) == self.n_prompt]
+                      if e["case"] == "baseline" and _prompt(e) == self.prompts]
             if logged:
                 self._baseline = logged[-1]["figures"]
             else:
                 probe = self.compare("aa", 0, SEQUENTIAL, "decode_tps", budget_s=1.0)
                 figures = {m: statistics.median(b for b, _ in p)
                            for m, p in probe["pairs"].items()}
-                self._append({"case": "baseline", "n_prompt": self.n_prompt,
+                self._append({"case": "baseline", "prompts": self.prompts,
                               "figures": figures})
                 self._baseline = figures
         return self._baseline
@@ -205,7 +212,7 @@ class Bench:
     def size(self, kind: str, level: float) -> int:
         """The amount of ``kind`` that makes its metric ``level`` worse, sized solo."""
         sized = [e for e in self.entries if e["case"] == "sized" and e["kind"] == kind
-                 and e["level"] == level and _prompt(e) == self.n_prompt]
+                 and e["level"] == level and _prompt(e) == self.prompts]
         if sized:
             return int(sized[-1]["amount"])
         metric = SLOWDOWN_BY_NAME[kind].moves
@@ -228,7 +235,7 @@ class Bench:
                     break  # an integer amount that cannot get closer (memory: MiB)
             amount = min(tried, key=lambda t: abs(t[1] - level))[0]
         self._append({"case": "sized", "kind": kind, "level": level, "amount": amount,
-                      "n_prompt": self.n_prompt})
+                      "prompts": self.prompts})
         return amount
 
     def _probe(self, kind: str, level: float, amount: int, metric: str) -> float:
@@ -260,7 +267,7 @@ class Bench:
         except ServerError as exc:
             # A server that died is a finding, not the end of the run: logged and shown.
             failed = {"case": "failure", "kind": cell.kind, "level": cell.level,
-                      "design": cell.design, "amount": amount, "n_prompt": self.n_prompt,
+                      "design": cell.design, "amount": amount, "prompts": self.prompts,
                       "error": str(exc)}
             self._append(failed)
             print(f"{cell.kind} {cell.level:.0%} {cell.design}: FAILED: {exc}", flush=True)
@@ -274,16 +281,20 @@ class Bench:
         return entry
 
 
-def _prompt(entry: dict[str, Any]) -> int:
-    """An entry's prompt length (entries logged before ``--n-prompt`` used the default)."""
-    return int(entry.get("n_prompt", DEFAULT_PROMPT_TOKENS))
+def _prompt(entry: dict[str, Any]) -> str:
+    """An entry's prompt settings, "N/M" (entries logged before ``--ttft-prompt`` timed
+    the first token on the timed prompt; before ``--n-prompt``, on the default)."""
+    if "prompts" in entry:
+        return str(entry["prompts"])
+    n_prompt = int(entry.get("n_prompt", DEFAULT_PROMPT_TOKENS))
+    return f"{n_prompt}/{n_prompt}"
 
 
 def _decisions(entries: list[dict[str, Any]], cell: Cell,
                case: str = "decision") -> list[dict[str, Any]]:
     return [e for e in entries if e["case"] == case and e["kind"] == cell.kind
             and e["level"] == cell.level and e["design"] == cell.design
-            and _prompt(e) == cell.n_prompt]
+            and _prompt(e) == cell.prompts]
 
 
 def _solo_pairs(entries: list[dict[str, Any]], cell: Cell,
@@ -292,7 +303,7 @@ def _solo_pairs(entries: list[dict[str, Any]], cell: Cell,
     for entry in entries:
         if (entry["case"] in ("probe", "decision") and entry["kind"] == cell.kind
                 and entry["level"] == cell.level and entry["amount"] == amount
-                and _prompt(entry) == cell.n_prompt
+                and _prompt(entry) == cell.prompts
                 and entry.get("design", SEQUENTIAL) == SEQUENTIAL):
             yield from (tuple(p) for p in entry["pairs"].get(cell.metric, []))
 
@@ -313,7 +324,7 @@ def report(entries: list[dict[str, Any]]) -> None:
     """The markdown table of the whole log: one row per kind, level and design."""
     cells = sorted({Cell(e["kind"], e["level"], e["design"], _prompt(e)) for e in entries
                     if e["case"] == "decision"},
-                   key=lambda c: (c.kind == "aa", c.kind, c.n_prompt, -c.level,
+                   key=lambda c: (c.kind == "aa", c.kind, c.prompts, -c.level,
                                   DESIGNS.index(c.design)))
     print("\n| kind | level | amount | true (solo) | design | decisions | regressed "
           "(95 %) | unchanged | unknown | measured / true | attributed to | decision "
@@ -339,8 +350,11 @@ def report(entries: list[dict[str, Any]]) -> None:
                              found.items() if verdict == AbVerdict.REGRESSED.value)
         attributed_text = ", ".join(f"{m} {n}/{len(done)}" for m, n in
                                     attributed.most_common()) or "none"
-        kind = (cell.kind if cell.n_prompt == DEFAULT_PROMPT_TOKENS
-                else f"{cell.kind} ({cell.n_prompt}-token prompt)")
+        kind = (cell.kind if cell.prompts == Cell.prompts
+                else f"{cell.kind} (prompts {cell.prompts})")
+        chosen = sorted({e["ttft_prompt"] for e in done if e.get("ttft_prompt")})
+        if chosen and cell.prompts.endswith("/auto"):
+            kind += f" (first token on {', '.join(map(str, chosen))})"
         print(f"| {kind} | {cell.level:.0%} | {amount} | {truth_text} | {cell.design} | "
               f"{len(done)} | {_rate(verdicts['regressed'], len(done))} | "
               f"{verdicts['unchanged']} | {verdicts['unknown']} | {ratio_text} | "
@@ -348,7 +362,7 @@ def report(entries: list[dict[str, Any]]) -> None:
               f"{_median_time(done)} |")
     for failure in (e for e in entries if e["case"] == "failure"):
         print(f"\nFAILED: {failure['kind']} {failure['level']:.0%} {failure['design']} "
-              f"({_prompt(failure)}-token prompt): {failure['error'].splitlines()[0]}")
+              f"(prompts {_prompt(failure)}): {failure['error'].splitlines()[0]}")
     print(f"\nTargets: regressed >= {TARGET_DETECTION[0.10]:.0%} at a true 10 %, >= "
           f"{TARGET_DETECTION[0.05]:.0%} at 5 %; A/A regressed <= {TARGET_FALSE_ALARMS:.0%};"
           f" median decision <= {TARGET_DECISION_S:.0f} s. 'measured / true': the design's "
@@ -375,7 +389,9 @@ def main() -> None:
                         help=f"decisions per cell by design (default {DEFAULT_DECISIONS})")
     parser.add_argument("--aa", type=int, default=0, help="A/A decisions per design")
     parser.add_argument("--n-prompt", type=int, default=DEFAULT_PROMPT_TOKENS,
-                        help="prompt tokens of every timed request")
+                        help="prompt tokens of the timed completions")
+    parser.add_argument("--ttft-prompt", default="auto",
+                        help="prompt tokens of the first-token requests, or auto")
     parser.add_argument("--log", type=Path, default=Path("ab-detection.jsonl"))
     parser.add_argument("--budget-s", type=float, default=AbRule().budget_s)
     parser.add_argument("--deadline-s", type=float, default=math.inf,
@@ -392,10 +408,11 @@ def main() -> None:
     if args.report_only:
         report(_entries(args.log))
         return
-    bench = Bench(args.log, args.budget_s, args.n_prompt)
-    cells = [Cell(kind, float(level), design, args.n_prompt)
+    ttft_prompt = None if args.ttft_prompt == "auto" else int(args.ttft_prompt)
+    bench = Bench(args.log, args.budget_s, args.n_prompt, ttft_prompt)
+    cells = [Cell(kind, float(level), design, bench.prompts)
              for level in args.levels.split(",") for kind in kinds for design in designs]
-    cells += [Cell("aa", 0.0, design, args.n_prompt) for design in designs if args.aa]
+    cells += [Cell("aa", 0.0, design, bench.prompts) for design in designs if args.aa]
     wanted = {cell: (args.aa if cell.kind == "aa" else counts[cell.design]) for cell in cells}
     started = time.monotonic()
     # Round robin, so a run stopped early has figures for every cell.

@@ -410,7 +410,7 @@ def test_time_to_first_token_floor() -> None:
     small = decide_metric("ttft_ms", baseline, [v * 1.15 for v in baseline], RULE)
     assert small.verdict == AbVerdict.UNKNOWN
     assert small.reason is not None
-    assert "--n-prompt" in small.reason
+    assert "--ttft-prompt" in small.reason
     large = decide_metric("ttft_ms", baseline, [v * 1.5 for v in baseline], RULE)
     assert large.verdict == AbVerdict.REGRESSED
     assert small.threshold == pytest.approx(large.threshold)
@@ -435,7 +435,7 @@ def test_an_unchanged_only_the_floor_allows_is_unknown() -> None:
     assert same.reason is not None
     assert "reaches past the 3% band" in same.reason
     assert "ttft_ms's floor of 5 ms" in same.reason
-    assert "--n-prompt 1024" in same.reason
+    assert "--ttft-prompt 2048" in same.reason
     tiny = decide_metric("ttft_ms", baseline, [v * 1.01 for v in baseline], RULE)
     assert (tiny.verdict, tiny.reason, tiny.settled) == (AbVerdict.UNCHANGED, None, False)
 

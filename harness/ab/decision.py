@@ -196,7 +196,7 @@ def all_decided(decisions: Iterable[MetricDecision]) -> bool:
 
 
 #: Where a metric under its floor gets large enough to judge.
-FLOOR_HINTS = {"ttft_ms": "a longer prompt: `harness ab --n-prompt 1024`",
+FLOOR_HINTS = {"ttft_ms": "a longer first-token prompt: `harness ab --ttft-prompt 2048`",
                "load_s": "a model that loads for longer: `harness ab --fixture NAME`"}
 
 

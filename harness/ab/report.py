@@ -50,7 +50,9 @@ def table(outcome: AbOutcome) -> str:
             f"fixture {settings.fixture}, {settings.design} design, "
             f"{len(outcome.samples)} server starts in {outcome.blocks} blocks, "
             f"{outcome.elapsed_s:.0f} s; threshold {settings.rule.threshold:.1%}, budget "
-            f"{settings.rule.budget_s:.0f} s, seed {outcome.seed}")
+            f"{settings.rule.budget_s:.0f} s, seed {outcome.seed}\n"
+            f"prompt {settings.n_prompt} tokens, first token timed on "
+            f"{settings.first_prompt()}")
     reasons = [f"{d.metric} unknown: {d.reason}" for d in outcome.decisions if d.reason]
     return "\n".join([head, "", *lines, *(["", *reasons] if reasons else []), "",
                       counters_markdown(counter_report(outcome))])
@@ -83,6 +85,7 @@ def outcome_json(outcome: AbOutcome) -> dict[str, Any]:
         "threshold": settings.rule.threshold, "budget_s": settings.rule.budget_s,
         "confidence": settings.rule.confidence, "elapsed_s": outcome.elapsed_s,
         "blocks": outcome.blocks, "regressed": outcome.regressed,
+        "n_prompt": settings.n_prompt, "ttft_prompt": settings.first_prompt(),
         "metrics": [_decision_json(d, outcome.decided_after_s.get(d.metric))
                     for d in outcome.decisions],
         "counters": counters_json(counter_report(outcome)),

@@ -40,6 +40,7 @@ from harness.ab.design import (
     paired_values,
     plan_block,
 )
+from harness.ab.first_token import first_token_prompt
 from harness.ab.validation import earn_unchanged, validated_metrics
 from harness.client import ServerClient, shared_pool
 from harness.errors import ConfigError, ServerApiError, ServerError, ServerExitedError
@@ -47,6 +48,7 @@ from harness.facts.build import Backend
 from harness.perf.keys import DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS, DEFAULT_REPETITIONS
 from harness.perf.measure import measure_speed, prompt_ids
 from harness.planning.launch import LaunchSpec
+from harness.results.run_record import METRICS
 from harness.runners.base import RunningServer, ServerRunner
 from harness.runners.container_runner import ContainerRunner
 from harness.runners.launching import until_ready
@@ -56,6 +58,9 @@ from harness.runners.subprocess_runner import SubprocessRunner
 #: What ``harness ab`` measures unless told otherwise, in the order it prints them.
 AB_METRICS = ("decode_tps", "prompt_tps", "ttft_ms", "load_s")
 CONTEXT_STEP = 512
+#: The label (and log folder) of the baseline's one unpaired start that sizes the
+#: first-token prompt.
+PROBE = "probe"
 #: How long a server that dropped a request may take to be seen exiting.
 EXIT_GRACE_S = 2.0
 #: Tokens of the greedy completion whose text is a deterministic counter.
@@ -95,6 +100,10 @@ class AbSettings:
     #: sequential).
     threads: int | None = None
     n_prompt: int = DEFAULT_PROMPT_TOKENS
+    #: Prompt tokens of the first-token requests. None: as long as ``ttft_ms``'s floor
+    #: needs, sized by one probe start of the baseline (harness/ab/first_token.py) when
+    #: ``ttft_ms`` is measured, else ``n_prompt``.
+    ttft_prompt: int | None = None
     n_gen: int = DEFAULT_GEN_TOKENS
     repetitions: int = DEFAULT_REPETITIONS
     seed: int | None = None
@@ -103,7 +112,12 @@ class AbSettings:
     validated: frozenset[str] | None = None
 
     def context(self) -> int:
-        return self.ctx_size or context_for(self.n_prompt, self.n_gen)
+        return self.ctx_size or context_for(max(self.n_prompt, self.first_prompt()),
+                                            self.n_gen)
+
+    def first_prompt(self) -> int:
+        """Prompt tokens the first-token requests send."""
+        return self.ttft_prompt if self.ttft_prompt is not None else self.n_prompt
 
     def earned(self) -> frozenset[str]:
         if self.validated is not None:
@@ -212,7 +226,8 @@ class _Starter:
                 _pin(pid, cpus)  # again: the threads the model load made
             settings = self._settings
             speed = measure_speed(server.base_url, settings.n_prompt, settings.n_gen,
-                                  settings.repetitions)
+                                  settings.repetitions,
+                                  first_token_prompt=settings.first_prompt())
             for name, value in (("ttft_ms", speed.ttft_ms), ("prompt_tps", speed.prompt_tps),
                                 ("decode_tps", speed.decode_tps)):
                 if value is not None:
@@ -282,13 +297,15 @@ def _run(baseline: Arm, candidate: Arm, settings: AbSettings, *,
         2**32)
     rng = random.Random(seed)
     threads = _threads(settings)
+    started = time.monotonic()  # the budget counts the probe start too
+    settings = _with_first_token_prompt(settings, baseline, log_dir, threads,
+                                        env.get(BASELINE))
     starters = {arm.label: _Starter(arm, settings, log_dir, threads, env.get(arm.label))
                 for arm in (replace(baseline, label=BASELINE),
                             replace(candidate, label=CANDIDATE))}
     samples: list[Sample] = []
     frozen: dict[str, MetricDecision] = {}
     decided_after: dict[str, float] = {}
-    started = time.monotonic()
     block_times: list[float] = []
     number = 0
     current: dict[str, MetricDecision] = {}
@@ -324,6 +341,22 @@ def _run(baseline: Arm, candidate: Arm, settings: AbSettings, *,
                      decisions=tuple(decisions[m] for m in settings.metrics),
                      decided_after_s=decided_after, elapsed_s=time.monotonic() - started,
                      blocks=number, log_dir=log_dir)
+
+
+def _with_first_token_prompt(settings: AbSettings, baseline: Arm, log_dir: Path,
+                             threads: int, env: dict[str, str] | None) -> AbSettings:
+    """``settings`` with the first-token prompt fixed: as given, or sized from one
+    unpaired start of the baseline (on the first half of the cores where the design
+    pins) so that ``ttft_ms``'s floor lies well inside the band."""
+    if settings.ttft_prompt is not None or "ttft_ms" not in settings.metrics:
+        return settings
+    probe = _Starter(replace(baseline, label=PROBE), settings, log_dir, threads, env)
+    values, _ = probe.measure(_halves()[0] if settings.design in HALVED else None)
+    chosen = first_token_prompt(settings.n_prompt, values.get("ttft_ms"),
+                                values.get("prompt_tps"),
+                                floor_ms=METRICS["ttft_ms"].min_change,
+                                threshold=settings.rule.threshold)
+    return replace(settings, ttft_prompt=chosen)
 
 
 def _run_block(block: Block, starters: dict[str, _Starter], started: float,

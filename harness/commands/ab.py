@@ -25,6 +25,7 @@ from harness.ab.design_check import (
     load_validation,
     validation_path,
 )
+from harness.ab.first_token import LONGEST_PROMPT
 from harness.ab.report import outcome_json, record_json, table
 from harness.ab.runner import AB_METRICS, AbProgress, AbSettings, Arm, run_ab
 from harness.ab.validation import DesignCheck, auto_design, record_for, validated_metrics
@@ -38,6 +39,8 @@ from harness.results.run_validation import parse_run_json
 
 DEFAULT_RULE = AbRule()
 AUTO = "auto"
+#: ``--ttft-prompt``'s default: sized by a probe start.
+AUTO_PROMPT = "auto"
 
 
 def resolve_arm(name: str, option: str) -> Arm:
@@ -52,6 +55,20 @@ def resolve_arm(name: str, option: str) -> Arm:
     if not build.binary.is_file() and image:
         return Arm(label=option.strip("-"), image=image, backend=build.backend)
     return Arm(label=option.strip("-"), binary=build.binary, backend=build.backend)
+
+
+def _ttft_prompt(_ctx: click.Context, _param: click.Parameter, value: str) -> int | None:
+    """``--ttft-prompt``: None for auto, else a token count the prompt may have."""
+    if value == AUTO_PROMPT:
+        return None
+    try:
+        tokens = int(value)
+    except ValueError:
+        tokens = 0
+    if not 1 <= tokens <= LONGEST_PROMPT:
+        raise click.BadParameter(f"{value!r}: give {AUTO_PROMPT} or a token count from 1 "
+                                 f"to {LONGEST_PROMPT}", param_hint="--ttft-prompt")
+    return tokens
 
 
 def _is_image(name: str) -> bool:
@@ -111,9 +128,13 @@ def _record(run_json: Path, ab: dict[str, object]) -> None:
               help="--threads of every server [default: all cores; duet and sequential: "
                    "half].")
 @click.option("--n-prompt", type=click.IntRange(1, 2048), default=DEFAULT_PROMPT_TOKENS,
-              show_default=True, help="Prompt tokens of every timed request. A longer "
-              "prompt makes ttft_ms long enough that a change shows above its 5 ms floor "
-              "(the context grows to hold it).")
+              show_default=True, help="Prompt tokens of the timed completions (prompt "
+              "and decode speed).")
+@click.option("--ttft-prompt", default=AUTO_PROMPT, show_default=True,
+              callback=_ttft_prompt,
+              help="Prompt tokens of the first-token requests, or auto: long enough that "
+              "ttft_ms's 5 ms floor is small beside the first token, sized by one probe "
+              "start of the baseline (the context grows to hold it). See docs/ab.md.")
 @click.option("--seed", type=int, default=None, help="Seed of the block order (printed).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the whole result as JSON (every sample, in order) instead.")
@@ -128,8 +149,8 @@ def _record(run_json: Path, ab: dict[str, object]) -> None:
 def ab_command(*, baseline: str | None, candidate: str | None, fixture: str,
                metrics: tuple[str, ...], threshold: float, budget_s: float, design: str,
                calibrate_design: bool, slowdown: float, threads: int | None,
-               n_prompt: int, seed: int | None, as_json: bool, run_json: Path | None,
-               allure_results: Path | None, log_dir: Path | None) -> None:
+               n_prompt: int, ttft_prompt: int | None, seed: int | None, as_json: bool,
+               run_json: Path | None, allure_results: Path | None, log_dir: Path | None) -> None:
     """Measure two builds side by side, paired, and decide per metric.
 
     Regressed when the whole 95 % interval of the candidate/baseline ratio is worse
@@ -154,7 +175,7 @@ def ab_command(*, baseline: str | None, candidate: str | None, fixture: str,
         settings = AbSettings(
             model=model, fixture=fixture, metrics=chosen,
             rule=AbRule(threshold=threshold, budget_s=budget_s), design=design,
-            threads=threads, n_prompt=n_prompt, seed=seed,
+            threads=threads, n_prompt=n_prompt, ttft_prompt=ttft_prompt, seed=seed,
             validated=validated_metrics(design, chosen, record))
         outcome = run_ab(*arms, settings, on_block=_progress, log_dir=log_dir)
         if run_json is not None:
