@@ -39,12 +39,13 @@ from html import unescape
 from pathlib import Path
 
 import httpx
+import main_job_record
+from main_job_record import BASE, HARDWARE, METRICS
 
 from harness.results.run_record import (
     BuildRef,
     Figure,
     FigureKey,
-    Hardware,
     Outcome,
     RunRecord,
     TestOutcome,
@@ -54,36 +55,12 @@ from harness.service.app import create_app
 from harness.service.background import serve_in_thread
 from harness.service.settings import ServiceSettings
 
-FIGURE_KEYS = 30
-FIGURES = 402
-OUTCOMES = 100
-METRICS = ("load_s", "ttft_ms", "prompt_tps", "decode_tps", "kv_mib", "peak_host_mib")
-BASE = {"load_s": 0.8, "ttft_ms": 15.0, "prompt_tps": 900.0, "decode_tps": 120.0,
-        "kv_mib": 64.0, "peak_host_mib": 700.0}
-FIXTURES = ("tiny-llama", "dense", "moe", "bench", "bench-large", "swa")
 BRANCH = "main"
-HARDWARE = (
-    Hardware(host="ci-cpu-1", cpu="AMD EPYC 7763 64-Core Processor"),
-    Hardware(host="ci-h100-1", cpu="Intel Xeon Gold 6338", gpu="NVIDIA H100 80GB HBM3",
-             gpu_driver="550.54.15", vram_mib=81559),
-    Hardware(host="ci-mi300-1", cpu="AMD EPYC 9654", gpu="AMD Instinct MI300X",
-             gpu_driver="6.2.4", vram_mib=196592),
-    Hardware(host="ci-l4-1", cpu="Intel Xeon Platinum 8481C", gpu="NVIDIA L4",
-             gpu_driver="550.54.15", vram_mib=23034),
-)
 BUILD = BuildRef(backend="cpu", version="version: 5000 (abcdef12)", source_digest="0" * 64,
                  build_key="cpu-0123456789ab")
 IMG = re.compile(r'<img src="([^"]+)"')
 NEXT = re.compile(r'<a href="([^"]+)" rel="next">')
 COLD_TARGET_MS, WARM_TARGET_MS, INDEX_TARGET_MS = 3000.0, 1000.0, 1000.0
-
-
-def key(index: int) -> FigureKey:
-    kv = ("f16", "q8_0", "q4_0")[index % 3]
-    return FigureKey(fixture=FIXTURES[index % len(FIXTURES)], backend="cpu", gpu="none",
-                     n_gpu_layers="0", cache_type_k=kv, cache_type_v=kv,
-                     flash_attn="on" if index % 2 else "off", offload="",
-                     n_prompt=32 * (1 + index // len(FIXTURES)), n_gen=64)
 
 
 def started(minute: int) -> str:
@@ -92,23 +69,11 @@ def started(minute: int) -> str:
 
 
 def main_job_run(night: int, rng: random.Random) -> RunRecord:
-    """Night ``night`` of the main job: 402 figures over 30 keys and 6 metrics."""
-    figures = []
-    for j in range(FIGURES):
-        metric = METRICS[(j // FIGURE_KEYS) % len(METRICS)]
-        value = BASE[metric] * (1 + (j % 7) / 10) * rng.gauss(1.0, 0.03)
-        figures.append(Figure(
-            test_id=f"suites/test_{FIXTURES[j % 6]}.py::test_launch[{j % 17}]",
-            key=key(j % FIGURE_KEYS), metric=metric, value=round(value, 4),
-            predicted=round(BASE[metric] * 1.2, 3) if metric == "decode_tps" else None))
-    outcomes = [TestOutcome(test_id=f"suites/test_{FIXTURES[j % 6]}.py::test_case_{j}",
-                            outcome=Outcome.PASSED, duration_s=round(rng.uniform(0.05, 8), 3))
-                for j in range(OUTCOMES)]
-    when = started(night * 1440 + 120)
-    return RunRecord(run_id=f"night-{night:04d}", branch=BRANCH, commit=f"{night:040x}",
-                     started_at=when, finished_at=when, hardware=HARDWARE[0], build=BUILD,
-                     harness_version="0.1.0", outcomes=tuple(outcomes),
-                     figures=tuple(figures), labels={"job": "main"})
+    """Night ``night`` of the main job on the CPU runner."""
+    return main_job_record.main_job_run(f"night-{night:04d}", branch=BRANCH,
+                                        hardware=HARDWARE[0],
+                                        started=started(night * 1440 + 120), rng=rng,
+                                        labels={"job": "main"})
 
 
 def wide_run(keys: int, rng: random.Random) -> RunRecord:

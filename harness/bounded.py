@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import codecs
 import contextlib
-import ctypes
 import json
 import os
 import selectors
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -31,6 +29,7 @@ from filelock import FileLock, Timeout
 
 from harness.errors import HarnessError
 from harness.files import write_json_atomic
+from harness.parent_death import die_with_parent_hook
 
 #: Seconds between SIGTERM to a step's process group and SIGKILL. make and ninja delete
 #: a half-written object file on SIGTERM; after SIGKILL it would look built next time.
@@ -40,7 +39,6 @@ TERM_GRACE_S = 10.0
 REAP_WAIT_S = 10.0
 TAIL_LINES = 40
 _READ_CHUNK = 65536
-_PR_SET_PDEATHSIG = 1
 
 
 def holder_note(lock_path: Path) -> Path:
@@ -135,7 +133,7 @@ def run_step(argv: Sequence[str], *, step: str, limit_s: float, setting: str,
     deadline = time.monotonic() + limit_s
     proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                            preexec_fn=_die_with_parent_hook())  # noqa: PLW1509
+                            preexec_fn=die_with_parent_hook())  # noqa: PLW1509
     try:
         finished = _copy_output(proc, deadline, line_out) and _exited(proc, deadline)
         if not finished:
@@ -233,27 +231,3 @@ def _overrun_message(step: str, limit_s: float, setting: str, *, log_path: Path 
         f"hint: raise {setting} if the step is only slow here; a step that printed "
         "nothing for long is hung (a lock, the network, a full disk)",
     ])
-
-
-def _die_with_parent_hook() -> Callable[[], None] | None:
-    """A preexec_fn asking Linux to SIGKILL the step if the harness's thread dies first.
-
-    A session of its own keeps a terminal's Ctrl-C and hangup from the step, so this is
-    what stops it when the harness is killed outright. Looked up before the fork: the
-    child only makes one system call and takes no lock. None off Linux.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
-                      ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    kill = int(signal.SIGKILL)
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, kill, 0, 0, 0)
-
-    return preexec

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import cast
 
 import pytest
+from scripted_server import ScriptedServer
 
 from harness import bounded, modelgen
 from harness.bounded import bounded_lock, process_alive, run_step
@@ -348,51 +349,11 @@ def test_a_measurement_ends_at_its_budget() -> None:
         assert time.monotonic() - started < 1.2 + 2  # not the request's own 30 s
 
 
-@dataclass
-class ServerAt:
-    """A live server's outside, as the readiness wait reads it, at a given address."""
-
-    url: str
-
-    @property
-    def argv(self) -> list[str]:
-        return ["llama-server", "--port", "0"]
-
-    @property
-    def log_path(self) -> Path:
-        return Path("/logs/server.log")
-
-    @property
-    def base_url(self) -> str:
-        return self.url
-
-    def exit_code(self) -> int | None:
-        return None
-
-    def host_pid(self) -> int | None:
-        return None
-
-    def log_tail(self, lines: int = 40) -> list[str]:
-        return ["main: loading model"]
-
-    def log_text(self) -> str:
-        return "main: loading model"
-
-    def stop(self) -> int | None:
-        return None
-
-    def __enter__(self) -> ServerAt:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-
 def test_a_readiness_check_begun_before_the_deadline_ends_with_it() -> None:
     with serving(never_answers) as url:
         started = time.monotonic()
         with pytest.raises(ServerNotReadyError, match="not ready after 1s"):
-            wait_until_ready(ServerAt(url), [HealthOk(timeout_s=30.0)], timeout_s=1.0)
+            wait_until_ready(ScriptedServer(url=url), [HealthOk(timeout_s=30.0)], timeout_s=1.0)
         assert time.monotonic() - started < 2.5  # not the check's own 30 s
 
 
@@ -464,7 +425,7 @@ def test_a_large_fixture_lock_held_too_long_names_its_holder(
 
 
 @dataclass
-class StuckServer(ServerAt):
+class StuckServer(ScriptedServer):
     """A server whose stop raises as one the kernel holds does."""
 
     def stop(self) -> int | None:
@@ -479,8 +440,8 @@ def test_one_server_that_cannot_be_stopped_does_not_keep_the_others_running(
     try:
         with pytest.raises(ServerStuckError):
             # cast: the Protocol's __enter__ returns the class itself, and a subclass of
-            # ServerAt inherits one that returns ServerAt.
-            stop_each([cast(RunningServer, StuckServer("http://127.0.0.1:1")), running])
+            # ScriptedServer inherits one that returns ScriptedServer.
+            stop_each([cast(RunningServer, StuckServer()), running])
         assert process.poll() is not None  # stopped although the one before it raised
     finally:
         process.kill()

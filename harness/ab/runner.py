@@ -15,7 +15,6 @@ what is undecided then is ``unknown``.
 from __future__ import annotations
 
 import math
-import os
 import random
 import tempfile
 import time
@@ -41,6 +40,7 @@ from harness.ab.design import (
     plan_block,
 )
 from harness.ab.first_token import first_token_prompt
+from harness.ab.pinning import core_halves, pin_process, usable_cores
 from harness.ab.validation import earn_unchanged, validated_metrics
 from harness.client import ServerClient, shared_pool
 from harness.errors import ConfigError, ServerApiError, ServerError, ServerExitedError
@@ -168,28 +168,9 @@ def _check(baseline: Arm, candidate: Arm, settings: AbSettings) -> None:
         raise ConfigError(f"the {design} design pins each server to half of the cores, "
                           "which needs host processes: give binaries or builds, or use "
                           "--design interleaved for images")
-    if design in HALVED and len(_cores()) < 2:
+    if design in HALVED and len(usable_cores()) < 2:
         raise ConfigError(f"the {design} design needs at least two cores (it pins to "
                           "halves); use --design interleaved")
-
-
-def _cores() -> list[int]:
-    return sorted(os.sched_getaffinity(0))
-
-
-def _halves() -> tuple[set[int], set[int]]:
-    cores = _cores()
-    middle = len(cores) // 2
-    return set(cores[:middle]), set(cores[middle:])
-
-
-def _pin(pid: int, cpus: set[int]) -> None:
-    """Every thread of ``pid`` onto ``cpus``; threads made later inherit the mask."""
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            os.sched_setaffinity(int(task.name), cpus)
-        except (ProcessLookupError, PermissionError):
-            continue  # a thread that ended between listing and pinning
 
 
 class _Starter:
@@ -215,7 +196,7 @@ class _Starter:
             # Pinned before the wait, so the model loads on the arm's cores too.
             pid = server.host_pid() if cpus is not None else None
             if cpus is not None and pid is not None:
-                _pin(pid, cpus)
+                pin_process(pid, cpus)
         except BaseException:
             server.stop()
             raise
@@ -223,7 +204,7 @@ class _Starter:
         values: dict[str, float] = {"load_s": time.monotonic() - launched}
         try:
             if cpus is not None and pid is not None:
-                _pin(pid, cpus)  # again: the threads the model load made
+                pin_process(pid, cpus)  # again: the threads the model load made
             settings = self._settings
             speed = measure_speed(server.base_url, settings.n_prompt, settings.n_gen,
                                   settings.repetitions,
@@ -266,7 +247,7 @@ def _greedy(base_url: str) -> dict[str, Any]:
 def _threads(settings: AbSettings) -> int:
     if settings.threads is not None:
         return settings.threads
-    cores = len(_cores())
+    cores = len(usable_cores())
     return max(1, cores // 2) if settings.design in HALVED else cores
 
 
@@ -351,7 +332,7 @@ def _with_first_token_prompt(settings: AbSettings, baseline: Arm, log_dir: Path,
     if settings.ttft_prompt is not None or "ttft_ms" not in settings.metrics:
         return settings
     probe = _Starter(replace(baseline, label=PROBE), settings, log_dir, threads, env)
-    values, _ = probe.measure(_halves()[0] if settings.design in HALVED else None)
+    values, _ = probe.measure(core_halves()[0] if settings.design in HALVED else None)
     chosen = first_token_prompt(settings.n_prompt, values.get("ttft_ms"),
                                 values.get("prompt_tps"),
                                 floor_ms=METRICS["ttft_ms"].min_change,
@@ -361,7 +342,7 @@ def _with_first_token_prompt(settings: AbSettings, baseline: Arm, log_dir: Path,
 
 def _run_block(block: Block, starters: dict[str, _Starter], started: float,
                sequence: int) -> list[Sample]:
-    halves = _halves()
+    halves = core_halves()
     if not block.together:
         # One start after another, each alone on the machine (sequential: on its pair's
         # half of the cores; interleaved: on all of them).

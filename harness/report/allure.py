@@ -22,18 +22,16 @@ sweeps (the results service passes its data directory's), rather than the system
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +39,7 @@ from typing import Any
 from filelock import FileLock
 
 from harness.errors import HarnessError, ToolMissingError
+from harness.parent_death import die_with_parent_hook
 from harness.report.allure_cli import allure_command
 from harness.report.allure_meta import categories_json
 from harness.report.global_attachments import GlobalAttachment, write_global_attachments
@@ -203,11 +202,11 @@ def _run_allure(argv: list[str], timeout_s: float) -> str:
         # A session of its own: the whole group (node and anything it starts) can be
         # killed at once, and a terminal's Ctrl-C reaches it only through this process.
         # preexec_fn is unsafe with threads when it takes a lock another thread held at
-        # the fork; this one takes none (see _die_with_parent).
+        # the fork; this one takes none (see harness/parent_death.py).
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, errors="replace", env=env,
                                 start_new_session=True,
-                                preexec_fn=_die_with_parent())  # noqa: PLW1509
+                                preexec_fn=die_with_parent_hook())  # noqa: PLW1509
     except OSError as exc:
         raise ToolMissingError(f"could not run {argv[0]} ({exc}); run `bash scripts/setup.sh`"
                                ) from exc
@@ -227,41 +226,6 @@ def _run_allure(argv: list[str], timeout_s: float) -> str:
                           f"`{' '.join(argv)}`\n--- last lines of its output ---\n"
                           f"{_tail(output)}{_error_log(output)}")
     return output
-
-
-#: prctl(2) option and the signal it sends (linux/prctl.h, signal.h).
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    """A preexec_fn asking Linux to SIGKILL the child when its parent thread dies.
-
-    The kernel sends the signal when the *thread* that forked the child exits, not the
-    whole process: right for the service's long-lived report worker and for the CLI's
-    main thread, wrong for a short-lived thread (its child would die with it). The
-    setting survives the exec into node. Everything is looked up before the fork, so the
-    child makes a few system calls and takes no lock. None off Linux (no prctl): there
-    the process group kill on timeout is all there is.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
-                      ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    parent = os.getpid()
-    kill = int(signal.SIGKILL)
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, kill, 0, 0, 0)
-        # The parent may have died between fork and prctl; then no signal would come.
-        if os.getppid() != parent:
-            os.kill(os.getpid(), kill)
-
-    return preexec
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:

@@ -10,17 +10,16 @@ harness is killed outright.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
 from harness.errors import ServerError, ServerStuckError
+from harness.parent_death import die_with_parent_hook
 from harness.planning.launch import LaunchSpec
 from harness.runners.base import WaitCondition
 from harness.runners.launching import (
@@ -38,7 +37,6 @@ from harness.runners.live import forget
 from harness.runners.observe import notify_stopping
 from harness.runners.readiness import default_conditions, describe_failure
 
-_PR_SET_PDEATHSIG = 1
 #: Seconds to wait for a server to be reaped after SIGKILL. SIGKILL cannot be caught or
 #: ignored; a process still there after this is held by the kernel.
 KILL_WAIT_S = 10.0
@@ -190,13 +188,6 @@ class SubprocessRunner:
                 launch.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 env=self.env,
                 # Only prctl runs between fork and exec; no locks are taken there.
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
+                preexec_fn=die_with_parent_hook(),  # noqa: PLW1509
             )
         return SubprocessServer(launch.argv, launch.log_path, process, self.stop_grace_s)
-
-
-def _die_with_parent() -> None:
-    # Runs in the child between fork and exec: ask the kernel to SIGKILL the server if
-    # the harness process dies without getting the chance to stop it.
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
