@@ -47,3 +47,12 @@ def wait_healthy(url: str, server: subprocess.Popen[bytes], log: Path | None = N
             pass
         assert time.monotonic() < deadline, "harness serve did not become healthy"
         time.sleep(0.2)
+
+
+def tmp_leftovers(data_dir: Path) -> list[Path]:
+    """What the service's tmp/ holds besides the replicas' own folders: uploads,
+    extractions or reports in progress, or left behind."""
+    root = data_dir / "tmp"
+    replicas = root / "replicas"
+    return sorted(path for path in root.rglob("*")
+                  if replicas not in {path, path.parent})

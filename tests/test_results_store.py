@@ -587,7 +587,7 @@ def test_a_version_1_store_is_migrated_to_the_current_version(store_url: str) ->
         new = replace(make_run("after-migration", started_at=at(9)), ab=_ab_result())
         assert migrated.add_run(new, report=ReportState("ready"))
         assert migrated.list_runs() == [new, old]
-    assert _stored_version(store_url) == [STORE_SCHEMA_VERSION] == [5]
+    assert _stored_version(store_url) == [STORE_SCHEMA_VERSION] == [6]
     assert _stored_ab(store_url, old.run_id) is None
     # Opening it again changes nothing.
     with open_store(store_url) as again:
@@ -672,10 +672,12 @@ def test_a_store_of_the_next_version_is_refused_naming_both(store_url: str) -> N
     with engine.begin() as conn:
         conn.execute(update(schema_version).values(version=STORE_SCHEMA_VERSION + 1))
     engine.dispose()
-    with pytest.raises(ResultsStoreError, match=r"has schema 6, newer than this harness's 5"):
+    newer, ours = STORE_SCHEMA_VERSION + 1, STORE_SCHEMA_VERSION
+    with pytest.raises(ResultsStoreError,
+                       match=rf"has schema {newer}, newer than this harness's {ours}"):
         open_store(store_url)
-    # Refused without a change: still version 6.
-    assert _stored_version(store_url) == [6]
+    # Refused without a change: still the newer version.
+    assert _stored_version(store_url) == [newer]
 
 
 def test_a_run_stored_before_the_suites_moved_keeps_its_history(store: ResultsStore) -> None:

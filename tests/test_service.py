@@ -32,6 +32,7 @@ from results_fixtures import (  # noqa: F401 - store_url is a fixture
     outcome,
     store_url,
 )
+from service_helpers import tmp_leftovers
 
 from harness.plugin.required import skip_unless_present
 from harness.results.run_record import RunRecord
@@ -205,7 +206,7 @@ def test_ten_distinct_uploads_at_once_lose_nothing(service: Service, tmp_path: P
         assert (service.data_dir / "runs" / run.run_id / "allure-results").is_dir()
     service.wait_reports()
     assert sorted(call[0] for call in service.generator.calls) == sorted(r.run_id for r in runs)
-    assert list((service.data_dir / "tmp").iterdir()) == []
+    assert tmp_leftovers(service.data_dir) == []
 
 
 def test_ten_copies_of_one_run_at_once_store_it_once(service: Service,
@@ -239,7 +240,7 @@ def test_uploads_need_the_token(service: Service, tmp_path: Path,
     assert "token" in answer.json()["error"]
     assert service.stored() == []
     assert list((service.data_dir / "runs").iterdir()) == []
-    assert list((service.data_dir / "tmp").iterdir()) == []
+    assert tmp_leftovers(service.data_dir) == []
 
 
 def test_upload_needs_gzip_content_type(service: Service, tmp_path: Path) -> None:
@@ -465,7 +466,7 @@ def test_an_upload_brings_the_files_of_a_run_stored_without_them(service: Servic
     assert (service.data_dir / "runs" / "stored-by-cli" / "report" / "index.html").is_file()
     with service.client() as client:
         assert client.get("/api/runs/stored-by-cli").json()["report"]["state"] == "ready"
-    assert list((service.data_dir / "tmp").iterdir()) == []
+    assert tmp_leftovers(service.data_dir) == []
 
 
 def _allure_available() -> str | None:

@@ -42,8 +42,8 @@ from harness.report.allure import ReportError, _run_allure
 from harness.results.run_record import RunRecord
 from harness.results.store import open_store
 from harness.service.bundle import make_bundle
-from harness.service.layout import Layout
-from harness.service.reports import pending_state
+from harness.service.layout import DEFAULT_REPLICA, Layout
+from harness.service.reports import DEFAULT_LEASE_S, pending_state
 
 #: Reports are made one at a time; a few runs of a few tests each take seconds, but CI
 #: machines are shared.
@@ -69,6 +69,9 @@ class Serve:
     log_path: Path
     port: int = field(default_factory=service_helpers.free_port)
     proc: subprocess.Popen[bytes] | None = None
+    #: As Layout's default, so a test's Layout(data_dir) sees this replica's folders.
+    replica: str = DEFAULT_REPLICA
+    report_lease_s: float = DEFAULT_LEASE_S
 
     @property
     def url(self) -> str:
@@ -77,7 +80,8 @@ class Serve:
     def start(self) -> None:
         argv = [str(Path(sys.executable).with_name("harness")), "serve", "--host",
                 "127.0.0.1", "--port", str(self.port), "--data-dir", str(self.data_dir),
-                "--results-url", self.store_url]
+                "--results-url", self.store_url, "--replica", self.replica,
+                "--report-lease-s", str(self.report_lease_s)]
         env = {**os.environ, "HARNESS_SERVICE_TOKEN": TOKEN}
         with self.log_path.open("a") as log:
             log.write(f"--- start {time.strftime('%H:%M:%S')} ---\n")
@@ -273,7 +277,7 @@ def test_kill_while_a_report_is_made_leaves_nothing_behind(serve: Serve,
     assert reports["big"]["state"] == "ready", reports["big"]
     assert httpx.get(f"{serve.url}/runs/big/report/", timeout=30).status_code == 200
     assert _leftovers(serve.data_dir) == []
-    assert list((serve.data_dir / "tmp").iterdir()) == []
+    assert service_helpers.tmp_leftovers(serve.data_dir) == []
     new_temp = set(system_temp.glob("harness-report-*")) - temp_before
     ours = [path for path in new_temp
             if str(serve.data_dir) in _read(path / "allurerc.json")]

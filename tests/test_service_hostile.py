@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import pytest
 from results_fixtures import at, fig, make_run, outcome, store_url  # noqa: F401 - fixture
-from service_helpers import free_port, wait_healthy
+from service_helpers import free_port, tmp_leftovers, wait_healthy
 from test_service import (  # noqa: F401 - start_service is a fixture
     AUTH,
     GZIP,
@@ -335,7 +335,7 @@ def test_a_body_that_stops_sending_is_dropped_after_the_idle_time(
     for sock in sockets:
         _stalled_upload(sock)
     time.sleep(0.3)
-    assert any((data / "tmp").iterdir()), "the stalled uploads are being received"
+    assert tmp_leftovers(data), "the stalled uploads are being received"
     held = []
     for sock in sockets:
         received, waited = _read_until_closed(sock, IDLE_S * 10)
@@ -344,9 +344,9 @@ def test_a_body_that_stops_sending_is_dropped_after_the_idle_time(
         sock.close()
     assert max(held) < IDLE_S * 5
     deadline = time.monotonic() + 10
-    while any((data / "tmp").iterdir()) and time.monotonic() < deadline:
+    while tmp_leftovers(data) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any((data / "tmp").iterdir()), "every stalled upload's temp file is removed"
+    assert not tmp_leftovers(data), "every stalled upload's temp file is removed"
     assert httpx.get(f"{url}/healthz").status_code == 200
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 from results_fixtures import make_run, store_url  # noqa: F401 - store_url is a fixture
-from service_helpers import no_report
+from service_helpers import no_report, tmp_leftovers
 from starlette.applications import Starlette
 
 from harness.results.store import open_store
@@ -546,7 +546,7 @@ class Live:
 
     def assert_nothing_written(self) -> None:
         assert list((self.data_dir / "runs").iterdir()) == []
-        assert list((self.data_dir / "tmp").iterdir()) == []
+        assert tmp_leftovers(self.data_dir) == []
         assert not list((self.data_dir / "history").iterdir())
         with open_store(self.store_url) as store:
             assert store.list_runs() == []
@@ -604,7 +604,7 @@ def test_good_bundle_after_refusals_is_stored(live: Live) -> None:
     assert (live.data_dir / "runs" / "crafted" / "allure-results" / "1-result.json"
             ).read_bytes() == RESULT
     live.wait_for_reports()
-    assert list((live.data_dir / "tmp").iterdir()) == []
+    assert tmp_leftovers(live.data_dir) == []
 
 
 @pytest.fixture

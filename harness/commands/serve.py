@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from pathlib import Path
 
 import click
 
 from harness.errors import HarnessError
 from harness.paths import cache_root
+from harness.service.reports import DEFAULT_LEASE_S
 from harness.service.settings import (
     DATA_ENV,
     DEFAULT_IDLE_TIMEOUT_S,
@@ -53,9 +55,18 @@ class _StartRefused(click.ClickException):
               envvar=IDLE_TIMEOUT_ENV, default=DEFAULT_IDLE_TIMEOUT_S, show_default=True,
               help="Seconds a client may send nothing while it still owes a request's "
                    f"headers or body; then it gets a 408 [env {IDLE_TIMEOUT_ENV}].")
+@click.option("--replica", default=None,
+              help="This process's name among replicas sharing one store and data dir: "
+                   "its report claims and its tmp/ folder carry it; keep it across "
+                   "restarts [default: HOSTNAME-PORT].")
+@click.option("--report-lease-s", type=click.FloatRange(1, 86400), default=DEFAULT_LEASE_S,
+              show_default=True,
+              help="Seconds a replica's claim on a report job holds unless renewed: how "
+                   "soon another replica takes over the report of one that died.")
 def serve_command(*, host: str, port: int, data_dir: Path | None, results_url: str | None,
                   max_upload_bytes: int, max_unpacked_bytes: int,
-                  idle_timeout_s: float) -> None:
+                  idle_timeout_s: float, replica: str | None,
+                  report_lease_s: float) -> None:
     """Run the results service: receives run bundles, stores runs, serves reports.
 
     Uploads must carry the token in $HARNESS_SERVICE_TOKEN; reading needs none.
@@ -76,7 +87,9 @@ def serve_command(*, host: str, port: int, data_dir: Path | None, results_url: s
         app = create_app(ServiceSettings(
             data_dir=data_dir if data_dir is not None else cache_root() / "service",
             token=token, results_url=results_url, max_upload_bytes=max_upload_bytes,
-            max_unpacked_bytes=max_unpacked_bytes, idle_timeout_s=idle_timeout_s))
+            max_unpacked_bytes=max_unpacked_bytes, idle_timeout_s=idle_timeout_s,
+            replica=replica if replica is not None else f"{socket.gethostname()}-{port}",
+            report_lease_s=report_lease_s))
     except HarnessError as exc:
         raise _StartRefused(str(exc)) from exc
     _log_requests()

@@ -15,15 +15,27 @@ mark checked once) is :mod:`harness.results.store_reading`.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
 from typing import TypeVar
 
-from sqlalchemy import ColumnElement, Connection, Engine, RowMapping, and_, func, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    RowMapping,
+    Update,
+    and_,
+    func,
+    or_,
+    select,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
+from harness.results import report_claims
 from harness.results.run_record import Figure, RunRecord
 from harness.results.run_summary import RunSummary
 from harness.results.run_validation import check_run
@@ -174,6 +186,61 @@ class ResultsStore:
                     "store the run (add_run) before its report state") from exc
             raise
 
+    def add_report_state(self, run_id: str, state: ReportState) -> bool:
+        """Record ``state`` for ``run_id`` only if it has no report state yet; True when
+        recorded (two replicas queueing the same stateless run queue it once)."""
+        dialect = postgresql if self._engine.dialect.name == "postgresql" else sqlite
+        insert = dialect.insert(reports).values(report_row(run_id, state))
+        # RETURNING, not rowcount: psycopg counts a skipped conflict as a row.
+        insert = insert.on_conflict_do_nothing(index_elements=[reports.c.run_id]) \
+            .returning(reports.c.run_id)
+        with self._errors(f"queueing the report of run {run_id}"), \
+                self._engine.connect() as conn:
+            conn.execution_options(**{WRITE: True})
+            with conn.begin():
+                return conn.execute(insert).first() is not None
+
+    # -- report jobs, claimed by service replicas (report_claims.py) -------------
+
+    def claim_report(self, replica: str, lease_s: float) -> str | None:
+        """Claim the next report job for ``replica`` for ``lease_s`` seconds; its run id,
+        or None when no job may be claimed now."""
+        now = time.time_ns()
+        with self._errors("claiming a report job"), self._engine.connect() as conn:
+            conn.execution_options(**{WRITE: True})
+            with conn.begin():
+                found: object = conn.execute(report_claims.claimable(now)).scalar()
+                if found is None:
+                    return None
+                run_id = str(found)
+                conn.execute(report_claims.take(run_id, replica, now + _ns(lease_s)))
+        return run_id
+
+    def renew_claim(self, run_id: str, replica: str, lease_s: float) -> bool:
+        """Extend ``replica``'s claim on ``run_id``; False when it no longer holds it."""
+        statement = report_claims.renew(run_id, replica, time.time_ns() + _ns(lease_s))
+        return self._write_claim(statement, f"renewing the report claim on run {run_id}")
+
+    def finish_report(self, run_id: str, replica: str, state: ReportState) -> bool:
+        """Record ``state`` for the job ``replica`` claimed; False (nothing written) when
+        the claim was lost: the run was queued again, or another replica took it over."""
+        statement = report_claims.finish(run_id, replica, report_row(run_id, state))
+        return self._write_claim(statement, f"recording the report of run {run_id}")
+
+    def release_claims(self, replica: str) -> int:
+        """Give up every claim ``replica`` holds; how many there were."""
+        with self._errors(f"releasing the report claims of {replica}"), \
+                self._engine.connect() as conn:
+            conn.execution_options(**{WRITE: True})
+            with conn.begin():
+                return int(conn.execute(report_claims.release_all(replica)).rowcount)
+
+    def _write_claim(self, statement: Update, doing: str) -> bool:
+        with self._errors(doing), self._engine.connect() as conn:
+            conn.execution_options(**{WRITE: True})
+            with conn.begin():
+                return bool(conn.execute(statement).rowcount)
+
     # -- reading --------------------------------------------------------------
 
     def report_states(self, run_ids: Sequence[str]) -> dict[str, ReportState]:
@@ -304,3 +371,6 @@ def _older_than(started_at: str, seq: int) -> ColumnElement[bool]:
     return or_(runs.c.started_at < started_at,
                and_(runs.c.started_at == started_at, runs.c.seq < seq))
 
+
+def _ns(seconds: float) -> int:
+    return int(seconds * 1_000_000_000)

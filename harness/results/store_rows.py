@@ -92,7 +92,9 @@ def report_row(run_id: str, state: ReportState) -> dict[str, Any]:
     message = None if state.message is None else _no_nul(state.message)
     return {"run_id": run_id, "state": state.state, "message": message,
             "problems": _dumps(list(state.problems)), "queued_ns": state.queued_ns,
-            "updated_at": _no_nul(state.updated_at)}
+            "updated_at": _no_nul(state.updated_at),
+            # A state set from outside a claim (queued again, or recorded) ends any claim.
+            "claimed_by": None, "lease_ns": None}
 
 
 def _no_nul(text: str) -> str:

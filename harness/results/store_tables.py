@@ -27,6 +27,7 @@ from sqlalchemy import (
     Text,
     delete,
     func,
+    inspect,
     select,
     text,
 )
@@ -41,8 +42,8 @@ log = logging.getLogger(__name__)
 #: (tests/test_results_store.py). A store written by a newer harness is refused.
 #: 1: runs, outcomes, figures. 2: reports. 3: runs.ab. 4: figures.predicted.
 #: 5: runs.checked, listing indexes per branch, hardware and both, and figures by run and
-#: metric.
-STORE_SCHEMA_VERSION = 5
+#: metric. 6: reports.claimed_by and reports.lease_ns (report jobs claimed by replicas).
+STORE_SCHEMA_VERSION = 6
 
 #: Arbitrary constant naming the advisory lock that serialises schema creation.
 _PG_SCHEMA_LOCK = 0x6C6C616D  # "llam"
@@ -144,6 +145,11 @@ reports = Table(
     Column("problems", Text, nullable=False),
     Column("queued_ns", BigInteger, nullable=False),
     Column("updated_at", String(), nullable=False),
+    # The service replica making the report now, and until when (time.time_ns()) its
+    # claim holds unless renewed; both NULL while nobody is (harness/results/
+    # report_claims.py).
+    Column("claimed_by", String(), nullable=True),
+    Column("lease_ns", BigInteger, nullable=True),
     Index("ix_reports_state", "state", "queued_ns"),
 )
 
@@ -207,6 +213,16 @@ def _add_checked_and_listing_indexes(conn: Connection) -> None:
         index.create(conn, checkfirst=True)
 
 
+def _add_report_claims(conn: Connection) -> None:
+    """5 -> 6: reports.claimed_by and reports.lease_ns, NULL for every report already
+    recorded (nobody holds a claim on it). A store that came from schema 1 got the
+    reports table in this shape at step 1 -> 2, which creates it from today's layout."""
+    present = {column["name"] for column in inspect(conn).get_columns("reports")}
+    for name, kind in (("claimed_by", "TEXT"), ("lease_ns", "BIGINT")):
+        if name not in present:
+            conn.execute(text(f"ALTER TABLE reports ADD COLUMN {name} {kind}"))
+
+
 #: Step n brings a store at schema n to n + 1, inside create_schema's transaction.
 _MIGRATIONS = {1: _add_reports, 2: _add_ab, 3: _add_predicted,
-               4: _add_checked_and_listing_indexes}
+               4: _add_checked_and_listing_indexes, 5: _add_report_claims}

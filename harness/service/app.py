@@ -93,7 +93,7 @@ from harness.service.ingest import Ingested, Ingestor
 from harness.service.layout import Layout, is_valid_run_id
 from harness.service.params import BadRequest, Choice, Count, Ratio, Text, report_path, shown
 from harness.service.report_files import report_file_headers
-from harness.service.reports import ReportJob, ReportWorker, read_state, read_states
+from harness.service.reports import ReportWorker, read_state, read_states
 from harness.service.results import find_results, read_environment
 from harness.service.settings import ServiceSettings
 
@@ -135,9 +135,11 @@ class _Service:
 
     def __init__(self, settings: ServiceSettings, store: ResultsStore) -> None:
         self.settings = settings
-        self.layout = Layout(settings.data_dir)
+        self.layout = Layout(settings.data_dir, settings.replica)
         self.store = store
-        self.reports = ReportWorker(self.layout, store, settings.report_generator)
+        self.reports = ReportWorker(self.layout, store, settings.report_generator,
+                                    replica=settings.replica,
+                                    lease_s=settings.report_lease_s)
         self.ingestor = Ingestor(self.layout, store,
                                  max_unpacked_bytes=settings.max_unpacked_bytes,
                                  max_members=settings.max_members)
@@ -215,8 +217,7 @@ class _Service:
         except ResultsStoreError as exc:
             return _error(503, str(exc))
         if done.files_placed:
-            self.reports.submit(ReportJob.for_run(self.layout, done.run,
-                                                  queued_ns=done.queued_ns))
+            self.reports.submit()
         return self._upload_answer(done)
 
     def _upload_answer(self, done: Ingested) -> Response:
@@ -410,13 +411,15 @@ async def _bad_request(request: Request, exc: Exception) -> Response:
 
 
 def _clear_tmp(layout: Layout) -> None:
-    """Uploads and reports a previous process was in the middle of are gone with it.
+    """Uploads and reports this replica's previous process was in the middle of are
+    gone with it.
 
-    Only this data dir's own folders: tmp/, and the partial report folders older
-    services left beside runs' reports. Processes are not looked for: the report CLI
-    a killed service started died with it (PR_SET_PDEATHSIG).
+    Only this replica's own folder under tmp/ (other replicas sharing the data dir keep
+    theirs), what older services left in tmp/ and beside runs' reports. Processes are
+    not looked for: the report CLI a killed replica started died with it
+    (PR_SET_PDEATHSIG).
     """
-    for leftover in [*layout.tmp_dir.iterdir(), *layout.report_leftovers()]:
+    for leftover in [*layout.tmp_leftovers(), *layout.report_leftovers()]:
         if leftover.is_dir() and not leftover.is_symlink():
             shutil.rmtree(leftover, ignore_errors=True)
         else:
@@ -430,7 +433,7 @@ def create_app(settings: ServiceSettings,
     The store is closed and the report worker stopped when the app shuts down (ASGI
     lifespan). ``app.state.service.reports.wait_idle(timeout)`` waits for queued reports.
     """
-    layout = Layout(settings.data_dir)
+    layout = Layout(settings.data_dir, settings.replica)
     try:
         layout.create()
     except OSError as exc:

@@ -83,9 +83,10 @@ class Ingestor:
                     if final.is_dir():
                         return Ingested(run, created=False, files_placed=False)
                     # The row came another way (a direct store write): keep the files
-                    # this upload brings so the run still gets its report.
-                    self._store.set_report_state(run.run_id, state)
+                    # this upload brings so the run still gets its report. Files first:
+                    # any replica may claim the job the moment it is pending.
                     self._place(unpacked, final)
+                    self._store.set_report_state(run.run_id, state)
                     return Ingested(run, created=False, files_placed=True,
                                     queued_ns=state.queued_ns)
                 self._place(unpacked, final)

@@ -1,9 +1,11 @@
 """Where the service keeps things under its data directory, and which names are safe there.
 
     data_dir/
-      tmp/                          uploads, extractions and reports in progress (same
-                                    filesystem, so finishing one is a rename); emptied
-                                    at start, as is any leftover below
+      tmp/replicas/<replica>/       one replica's uploads, extractions and reports in
+                                    progress (same filesystem, so finishing one is a
+                                    rename); emptied when that replica starts, as is
+                                    anything else in tmp/ (older services') and any
+                                    leftover below
       runs/<run_id>/run.json        the uploaded record, as sent
       runs/<run_id>/allure-results/ the uploaded Allure results
       runs/<run_id>/report/         the generated Allure report (appears whole, by rename)
@@ -14,8 +16,13 @@ the run. ``runs/<run_id>/report-state.json`` is where services before that kept 
 read once at start into the store, then removed. Partial report folders that older
 services made beside ``report/`` (``.report.*``, ``..report.*``) are removed at start.
 
+Several replicas of the service may share one data directory (and one PostgreSQL):
+each works in its own ``tmp/replicas/<replica>/``, so a replica that starts sweeps its
+own partial work and never another's.
+
 Run ids come from the client, so they are checked against a closed character set
-before they are ever joined to a path.
+before they are ever joined to a path; replica names from the operator, against the
+same set.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import HarnessError
+from harness.errors import ConfigError, HarnessError
 
 #: Letters, digits, dot, dash, underscore; starts with a letter or digit, so neither
 #: "." nor ".." nor a hidden name can be a run id.
@@ -35,6 +42,21 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 #: when it is killed: ``.report.<hex>.partial``, Allure's ``..report.<hex>.partial.new-*``
 #: and ``.report.new-*``/``.report.old-*``. Hidden, so never a run's uploaded file.
 _REPORT_LEFTOVER = re.compile(r"\.\.?report\..*")
+
+
+#: The replica name of a service started without one (tests, a single service).
+DEFAULT_REPLICA = "solo"
+#: A replica name: the run id's character set, at most 64 characters.
+_REPLICA = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def check_replica(name: str) -> str:
+    """``name`` if it may name a replica (and its folder), else ConfigError saying why."""
+    if not _REPLICA.fullmatch(name):
+        raise ConfigError(f"replica name {name!r} is not usable: give 1 to 64 letters, "
+                          "digits, '.', '-' or '_', starting with a letter or digit "
+                          "(harness serve --replica)")
+    return name
 
 
 class InvalidRunIdError(HarnessError):
@@ -66,10 +88,28 @@ def safe_name(value: str) -> str:
 @dataclass(frozen=True)
 class Layout:
     data_dir: Path
+    #: The replica whose own folders these are.
+    replica: str = DEFAULT_REPLICA
+
+    def __post_init__(self) -> None:
+        check_replica(self.replica)
+
+    @property
+    def tmp_root(self) -> Path:
+        return self.data_dir / "tmp"
 
     @property
     def tmp_dir(self) -> Path:
-        return self.data_dir / "tmp"
+        """This replica's work in progress."""
+        return self.tmp_root / "replicas" / self.replica
+
+    def tmp_leftovers(self) -> list[Path]:
+        """What this replica's start removes from tmp/: its own folder's contents, and
+        whatever older services (before replicas) left directly in tmp/."""
+        own = sorted(self.tmp_dir.iterdir()) if self.tmp_dir.is_dir() else []
+        legacy = sorted(path for path in self.tmp_root.iterdir() if path.name != "replicas") \
+            if self.tmp_root.is_dir() else []
+        return [*own, *legacy]
 
     @property
     def runs_dir(self) -> Path:

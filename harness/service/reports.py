@@ -1,33 +1,36 @@
-"""Allure reports for stored runs, made one at a time by a background worker.
+"""Allure reports for stored runs, made by every service replica from one job queue.
 
-One thread with a queue: Allure appends each report's entry to the history file of
-the run's branch + hardware, so reports must be made one after another, in the order
-the runs arrived, or trends would interleave.
+The queue is the store: a run's report state (pending, ready, failed) is a row there,
+and a new run's "pending" row is committed in the same transaction as the run
+(ingest.py), so a run any replica acknowledged has its report queued even if that
+replica dies the next instant. Each replica's worker thread claims jobs with a lease
+(harness/results/report_claims.py: ``FOR UPDATE SKIP LOCKED`` on PostgreSQL), renews it
+while Allure runs, and records the outcome only while the claim is still its own; a
+dead replica's jobs are taken over by another when their leases end. Allure appends
+each report's entry to the history file of the run's branch + hardware, so the claim
+rule makes those reports one at a time, in the order the runs were stored, across
+every replica. At start a replica gives up its own earlier claims and queues the
+stored runs that have files in the data directory but no state at all (stored by
+`harness store`, or by a service from before the state moved into the store). A
+pending run whose files are missing fails with the fix ("upload the run again"), and a
+failed report never fails the upload that queued it.
 
-A run's report state (pending, ready, failed) is a row in the results store, and a new
-run's "pending" row is committed in the same transaction as the run (ingest.py): a run
-the service acknowledged has its report queued even if the process dies the next
-instant. When the worker starts it queues again every run still pending, and every
-stored run that has files in this data directory but no state at all (stored by
-`harness store`, or by a service from before the state moved into the store), oldest
-first. A failed report is recorded as failed and never fails the upload that queued it.
-
-A report is made in a folder of its own under ``tmp/`` (emptied at start) and renamed
-into ``runs/<id>/report/`` whole; the Allure CLI runs in its own process group and dies
-with the worker (harness.report.allure), so a ``kill -9`` of the service leaves neither
-a half-made report nor a ``node`` process behind.
+A report is made in a folder of its own under the replica's ``tmp/`` (emptied at its
+start) and renamed into ``runs/<id>/report/`` whole; the Allure CLI runs in its own
+process group and dies with the worker (harness.report.allure), so a ``kill -9`` of a
+replica leaves neither a half-made report nor a ``node`` process behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-import queue
 import shutil
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,11 +41,17 @@ from harness.errors import HarnessError
 from harness.results.run_record import RunRecord
 from harness.results.store import ResultsStore
 from harness.results.store_rows import ReportState
-from harness.service.layout import Layout, is_valid_run_id
+from harness.service.layout import DEFAULT_REPLICA, Layout, is_valid_run_id
 
 log = logging.getLogger(__name__)
 
 PENDING_MESSAGE = "report is being made"
+#: Seconds a claim on a report job holds without renewal: a replica renews it every
+#: third of this while it works, so only a dead (or frozen) replica's claim runs out, and
+#: another takes the job over this long after.
+DEFAULT_LEASE_S = 60.0
+#: Seconds between looks for jobs other replicas queued (uploads to this one wake it).
+DEFAULT_POLL_S = 1.0
 #: How many run ids one "skipped" log line names.
 _LOGGED_IDS = 10
 #: What an older service's ``report-state.json`` holds (imported once at start).
@@ -126,101 +135,85 @@ def _now() -> str:
 
 
 class ReportWorker:
-    """The queue and the one thread that drains it."""
+    """One replica's thread that claims report jobs from the store and makes them."""
 
-    def __init__(self, layout: Layout, store: ResultsStore, generate: ReportGenerator) -> None:
+    def __init__(self, layout: Layout, store: ResultsStore, generate: ReportGenerator, *,
+                 replica: str = DEFAULT_REPLICA, lease_s: float = DEFAULT_LEASE_S,
+                 poll_s: float = DEFAULT_POLL_S) -> None:
         self._layout = layout
         self._store = store
         self._generate = generate
-        self._queue: queue.Queue[ReportJob | None] = queue.Queue()
+        self._replica = replica
+        self._lease_s = lease_s
+        self._poll_s = poll_s
+        self._wake = threading.Event()
         self._stopping = threading.Event()
+        self._busy = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Queue the reports a previous process left unmade, then start the thread.
+        """Give up the claims this replica held before a restart, queue the reports of
+        runs stored without a state, then start the thread.
 
         Blocking (store queries); raises ResultsStoreError when the store cannot say.
         """
-        for job in self._unmade_jobs():
-            self._queue.put(job)
+        released = self._store.release_claims(self._replica)
+        if released:
+            log.info("replica %s: %d report(s) it was making before a restart are queued "
+                     "again", self._replica, released)
+        self._import_legacy_states()
+        self._queue_stateless()
         # The thread lives as long as the service: the Allure CLI it starts is tied to
         # it (PR_SET_PDEATHSIG fires when the forking thread ends).
         self._thread = threading.Thread(target=self._loop, name="allure-reports",
                                         daemon=True)
         self._thread.start()
 
-    def submit(self, job: ReportJob) -> None:
-        """Queue ``job``; the run's "pending" state must already be in the store."""
-        self._queue.put(job)
+    def submit(self) -> None:
+        """A run's "pending" state was just stored: look for jobs now, not at the next
+        poll (other replicas find it at theirs)."""
+        self._wake.set()
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Finish the report in progress (up to ``timeout_s``); the rest stay pending."""
         self._stopping.set()
-        self._queue.put(None)
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
 
     def wait_idle(self, timeout_s: float) -> bool:
-        """True once every queued report is made (tests and orderly shutdowns)."""
+        """True once no report is pending in the store, by this replica or another
+        (tests and orderly shutdowns)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self._queue.unfinished_tasks == 0:
+            if not self._busy.is_set() and not self._store.runs_awaiting_report():
                 return True
             time.sleep(0.05)
         return False
 
     # -- what a previous process left -------------------------------------------
 
-    def _unmade_jobs(self) -> list[ReportJob]:
-        self._import_legacy_states()
-        jobs = self._pending_jobs() + self._stateless_jobs()
-        if jobs:
-            log.info("requeued %d report(s) a previous process left unmade", len(jobs))
-        return jobs
-
-    def _pending_jobs(self) -> list[ReportJob]:
-        awaiting = self._store.runs_awaiting_report()
-        queued = self._store.report_states(awaiting)
-        jobs: list[ReportJob] = []
-        for run_id in awaiting:
-            if not self._has_files(run_id):
-                # Left pending: an upload of the run brings the files and queues it again.
-                log.warning("report of run %s stays pending: its files are not in %s; "
-                            "upload the run again to make it", run_id, self._layout.runs_dir)
-                continue
-            job = self._job(run_id, queued[run_id].queued_ns if run_id in queued else 0)
-            if job is not None:
-                jobs.append(job)
-        return jobs
-
-    def _stateless_jobs(self) -> list[ReportJob]:
-        """Jobs for the runs with no report state at all, where their files are here.
+    def _queue_stateless(self) -> None:
+        """Queue the runs with no report state at all whose files are here.
 
         Such a run was stored by `harness store`, or by an older service that died
-        between committing the run and writing its state file.
+        between committing the run and writing its state file. Queued only if still
+        stateless: a replica starting beside this one may have queued it first.
         """
-        jobs: list[ReportJob] = []
         skipped: list[str] = []
+        queued = 0
         for run_id in self._store.runs_without_report():
             if not self._has_files(run_id):
                 skipped.append(run_id)
-                continue
-            state = pending_state()
-            job = self._job(run_id, state.queued_ns)
-            if job is not None:
-                self._store.set_report_state(run_id, state)
-                jobs.append(job)
+            elif self._store.add_report_state(run_id, pending_state()):
+                queued += 1
+        if queued:
+            log.info("queued %d report(s) of runs stored without one", queued)
         if skipped:
             more = f" and {len(skipped) - _LOGGED_IDS} more" if len(skipped) > _LOGGED_IDS else ""
             log.info("no report for %d stored run(s) whose files are not in %s (upload them "
                      "to make one): %s%s", len(skipped), self._layout.runs_dir,
                      ", ".join(skipped[:_LOGGED_IDS]), more)
-        return jobs
-
-    def _job(self, run_id: str, queued_ns: int) -> ReportJob | None:
-        run = self._store.get_run(run_id)
-        return None if run is None else ReportJob.for_run(self._layout, run,
-                                                          queued_ns=queued_ns)
 
     def _has_files(self, run_id: str) -> bool:
         return is_valid_run_id(run_id) and self._layout.results_dir(run_id).is_dir()
@@ -240,7 +233,7 @@ class ReportWorker:
             if run_id in stateless:
                 state = _legacy_state(path)
                 if state is not None:
-                    self._store.set_report_state(run_id, state)
+                    self._store.add_report_state(run_id, state)
             elif self._store.get_run(run_id) is None:
                 continue
             path.unlink(missing_ok=True)
@@ -248,25 +241,69 @@ class ReportWorker:
     # -- the thread -------------------------------------------------------------
 
     def _loop(self) -> None:
-        while True:
-            job = self._queue.get()
+        while not self._stopping.is_set():
             try:
-                if job is None or self._stopping.is_set():
-                    return
-                self._make(job)
-            # Even the store failing to record a state must not end the worker; the
-            # run then stays pending and is made again at the next start.
+                run_id = self._store.claim_report(self._replica, self._lease_s)
+                if run_id is not None:
+                    self._busy.set()
+                    self._work(run_id)
+            # Even the store failing must not end the worker: a claim it could not
+            # finish is taken again when its lease ends, by this replica or another.
             except Exception:
-                log.exception("report worker: job %s", job)
+                log.exception("report worker of replica %s", self._replica)
+                run_id = None
             finally:
-                self._queue.task_done()
+                self._busy.clear()
+            if run_id is None:
+                self._wake.wait(self._poll_s)
+                self._wake.clear()
 
-    def _make(self, job: ReportJob) -> None:
+    def _work(self, run_id: str) -> None:
+        run = self._store.get_run(run_id)
+        states = self._store.report_states([run_id])
+        if run is None or run_id not in states:
+            return  # gone since the claim: nothing to make
+        queued_ns = states[run_id].queued_ns
+        if not self._has_files(run_id):
+            state = ReportState(
+                "failed", message=f"the run's files are not in {self._layout.runs_dir} "
+                "(stored another way, or removed); upload the run again to make its report",
+                queued_ns=queued_ns, updated_at=_now())
+        else:
+            with self._lease_kept(run_id):
+                state = self._make(ReportJob.for_run(self._layout, run, queued_ns=queued_ns))
+        if not self._store.finish_report(run_id, self._replica, state):
+            log.warning("report of run %s: replica %s no longer holds its job (queued again, "
+                        "or its lease of %g s ran out and another replica took it); this "
+                        "outcome is not recorded", run_id, self._replica, self._lease_s)
+
+    @contextlib.contextmanager
+    def _lease_kept(self, run_id: str) -> Iterator[None]:
+        """Renew the claim on ``run_id`` every third of its lease while the body runs."""
+        done = threading.Event()
+
+        def renew() -> None:
+            while not done.wait(self._lease_s / 3):
+                try:
+                    if not self._store.renew_claim(run_id, self._replica, self._lease_s):
+                        return  # lost: finish_report will say so
+                except Exception:
+                    log.exception("renewing the claim on the report of run %s", run_id)
+
+        keeper = threading.Thread(target=renew, name=f"lease-{run_id}", daemon=True)
+        keeper.start()
+        try:
+            yield
+        finally:
+            done.set()
+            keeper.join()
+
+    def _make(self, job: ReportJob) -> ReportState:
         layout = self._layout
         final = layout.report_dir(job.run_id)
-        # Made in a folder of its own under tmp/ (emptied at start, same filesystem)
-        # and renamed in, so the report is served whole and a kill leaves nothing in
-        # runs/.
+        # Made in a folder of its own under this replica's tmp/ (emptied at its start,
+        # same filesystem) and renamed in, so the report is served whole and a kill
+        # leaves nothing in runs/.
         work = layout.tmp_dir / f"report-{uuid.uuid4().hex}"
         partial = work / "report"
         try:
@@ -283,14 +320,12 @@ class ReportWorker:
         # Any failure at all is this run's report failing, never the worker dying.
         except Exception as exc:
             log.warning("report of run %s failed: %s", job.run_id, exc)
-            self._store.set_report_state(job.run_id, ReportState(
-                "failed", message=f"{type(exc).__name__}: {exc}", queued_ns=job.queued_ns,
-                updated_at=_now()))
-            return
+            return ReportState("failed", message=f"{type(exc).__name__}: {exc}",
+                               queued_ns=job.queued_ns, updated_at=_now())
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        self._store.set_report_state(job.run_id, ReportState(
-            "ready", problems=tuple(problems), queued_ns=job.queued_ns, updated_at=_now()))
+        return ReportState("ready", problems=tuple(problems), queued_ns=job.queued_ns,
+                           updated_at=_now())
 
 
 def _legacy_state(path: Path) -> ReportState | None:

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import ConfigError
-from harness.service.reports import ReportGenerator, allure_generator
+from harness.service.layout import DEFAULT_REPLICA, check_replica
+from harness.service.reports import DEFAULT_LEASE_S, ReportGenerator, allure_generator
 
 MIB = 1024 * 1024
 
@@ -42,6 +43,14 @@ class ServiceSettings:
     #: headers or body; then it gets a 408 and the connection is closed.
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
     report_generator: ReportGenerator = field(default=allure_generator)
+    #: This process's name among the replicas sharing the store and the data directory:
+    #: its claims on report jobs and its folder under tmp/ carry it. Stable across
+    #: restarts (``harness serve`` defaults to host-port), so a restarted replica takes
+    #: back its own unfinished work at once.
+    replica: str = DEFAULT_REPLICA
+    #: Seconds a claim on a report job holds unless renewed: how long after a replica
+    #: dies its report in progress is taken over by another.
+    report_lease_s: float = DEFAULT_LEASE_S
 
     def __post_init__(self) -> None:
         if not self.token.strip():
@@ -51,6 +60,10 @@ class ServiceSettings:
             if getattr(self, name) < 1:
                 raise ConfigError(f"service setting {name} is {getattr(self, name)}; it "
                                   "must be a positive number")
+        check_replica(self.replica)
+        if not 1 <= self.report_lease_s <= 86400:
+            raise ConfigError(f"service setting report_lease_s is {self.report_lease_s}; "
+                              "give 1 to 86400 seconds (--report-lease-s)")
         if not 0 < self.idle_timeout_s <= 3600:
             raise ConfigError(f"service setting idle_timeout_s is {self.idle_timeout_s}; "
                               f"give 0 < seconds <= 3600 (--idle-timeout-s / "
