@@ -129,6 +129,16 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'results.sqlite'}"
         return
+    yield from _throwaway_postgres()
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """URL of an empty PostgreSQL results store (what replicas of the service share)."""
+    yield from _throwaway_postgres()
+
+
+def _throwaway_postgres() -> Iterator[str]:
     base = os.environ.get(POSTGRES_ENV)
     skip_unless_present("postgres", None if base else (
         f"{POSTGRES_ENV} is unset: set it to a PostgreSQL URL whose role may create "
