@@ -232,14 +232,11 @@ def test_the_window_is_the_runs_list_runs_gives(store_url: str) -> None:
     with open_store(store_url) as store:
         for run in runs:
             store.add_run(run)
-        reads = DashboardReads(store_url)
-        try:
-            for limit in (1, 3, 60):
-                listed = store.list_runs(branch="main", hardware=HW, limit=limit)
-                assert reads.window("main", HW, limit) == tuple(r.run_id for r in listed)
-            assert reads.window("nobody", HW, 60) == ()
-        finally:
-            reads.close()
+        reads = DashboardReads(store)
+        for limit in (1, 3, 60):
+            listed = store.list_runs(branch="main", hardware=HW, limit=limit)
+            assert reads.window("main", HW, limit) == tuple(r.run_id for r in listed)
+        assert reads.window("nobody", HW, 60) == ()
 
 
 def test_the_index_query_groups_runs_by_branch_and_hardware(
@@ -248,20 +245,17 @@ def test_the_index_query_groups_runs_by_branch_and_hardware(
         for run in [*_nights(3), *_nights(4, branch="pr/2"),
                     make_run("gpu", started_at=at(1), hardware=GPU_BOX)]:
             store.add_run(run)
-        reads = DashboardReads(store_url)
-        try:
-            rows = reads.index(None, None, 1, 100)
-            assert [(r.branch, r.hardware, r.runs, r.latest) for r in rows.items] == [
-                ("pr/2", HW, 4, at(3)), ("main", HW, 3, at(2)),
-                ("main", GPU_BOX.identity, 1, at(1))]
-            assert rows.items[0].description == CPU_BOX.describe()
-            paged = reads.index(None, None, 2, 2)
-            assert (paged.total, paged.pages, [r.branch for r in paged.items]) == (
-                3, 2, ["main"])
-            assert [r.runs for r in reads.index("main", GPU_BOX.identity, 1, 100).items] \
-                == [1]
-        finally:
-            reads.close()
+        reads = DashboardReads(store)
+        rows = reads.index(None, None, 1, 100)
+        assert [(r.branch, r.hardware, r.runs, r.latest) for r in rows.items] == [
+            ("pr/2", HW, 4, at(3)), ("main", HW, 3, at(2)),
+            ("main", GPU_BOX.identity, 1, at(1))]
+        assert rows.items[0].description == CPU_BOX.describe()
+        paged = reads.index(None, None, 2, 2)
+        assert (paged.total, paged.pages, [r.branch for r in paged.items]) == (
+            3, 2, ["main"])
+        assert [r.runs for r in reads.index("main", GPU_BOX.identity, 1, 100).items] \
+            == [1]
 
 
 # -- the cache -------------------------------------------------------------------------

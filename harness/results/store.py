@@ -35,7 +35,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from harness.results import report_claims
+from harness.results import report_claims, store_listing
 from harness.results.run_record import Figure, RunRecord
 from harness.results.run_summary import RunSummary
 from harness.results.run_validation import check_run
@@ -269,6 +269,30 @@ class ResultsStore:
                  .order_by(runs.c.seq))
         with self._errors("listing runs without a report"), self._engine.connect() as conn:
             return [str(r) for r in conn.execute(query).scalars()]
+
+    def newest_run_ids(self, branch: str, hardware: str, limit: int) -> tuple[str, ...]:
+        """Ids of the newest ``limit`` runs of ``branch`` on ``hardware``, newest first, as
+        list_runs orders them, read from the ``runs`` table alone. A run from before
+        schema 5 that fails its check is among them (list_runs leaves it out)."""
+        with self._errors("listing a branch's newest runs"), self._engine.connect() as conn:
+            return tuple(str(r) for r in conn.execute(
+                store_listing.newest_run_ids(branch, hardware, limit)).scalars())
+
+    def run_pairs(self, branch: str | None = None,
+                  hardware: str | None = None) -> list[store_listing.RunPair]:
+        """Every branch and hardware pair with runs, one ``GROUP BY`` over ``runs``."""
+        with self._errors("listing branches and hardware"), self._engine.connect() as conn:
+            return [store_listing.RunPair(str(r.branch), str(r.hardware_identity),
+                                          int(r.runs), str(r.latest), int(r.newest_seq))
+                    for r in conn.execute(store_listing.pair_counts(branch, hardware))]
+
+    def hardware_columns(self, seqs: Sequence[int]) -> dict[int, str]:
+        """The stored ``hardware`` JSON of the runs stored as ``seqs``."""
+        if not seqs:
+            return {}
+        with self._errors("reading runs' hardware"), self._engine.connect() as conn:
+            return {int(r.seq): str(r.hardware)
+                    for r in conn.execute(store_listing.hardware_columns(seqs))}
 
     def _has_run(self, run_id: str) -> bool:
         with self._errors(f"looking up run {run_id}"), self._engine.connect() as conn:

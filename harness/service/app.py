@@ -442,7 +442,7 @@ def create_app(settings: ServiceSettings,
     _clear_tmp(layout)
     store = open_results(settings.results_url)
     service = _Service(settings, store)
-    dashboard = Dashboard(store, DashboardReads(settings.results_url))
+    dashboard = Dashboard(store, DashboardReads(store))
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -452,7 +452,6 @@ def create_app(settings: ServiceSettings,
             yield
         finally:
             await run_in_threadpool(service.reports.stop)
-            dashboard.close()
             store.close()
 
     app = Starlette(

@@ -89,9 +89,6 @@ class Dashboard:
         return [Route(PAGE_PATH, self.page, methods=["GET"]),
                 Route(PLOT_PATH, self.plot, methods=["GET"])]
 
-    def close(self) -> None:
-        self.reads.close()
-
     def model(self, branch: str, hardware: str, limit: int) -> DashboardModel:
         """The page model of the runs in the window now, built when they are new."""
         ids = self.reads.window(branch, hardware, limit)
