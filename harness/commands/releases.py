@@ -25,7 +25,6 @@ from harness.errors import ConfigError, HarnessError
 from harness.files import write_json_atomic
 from harness.paths import cache_root
 from harness.planning.build_plan import BuildRequest
-from harness.releases.matrix import ReleaseRow, render_table
 from harness.releases.published import newest_releases, parse_release, select_releases
 from harness.releases.release_source import available_releases, fetch_release, pinned_release
 from harness.releases.suite_run import (
@@ -34,7 +33,10 @@ from harness.releases.suite_run import (
     SuiteRun,
     run_suites,
 )
+from harness.results.release_matrix import ReleaseRow, render_table
+from harness.results.release_runs import RELEASES_BRANCH, matrix_run
 from harness.results.run_record import RunRecord
+from harness.results.store import open_store
 
 
 def _release(value: str) -> int:
@@ -70,11 +72,16 @@ def _release(value: str) -> int:
               default=DEFAULT_SUITE_TIMEOUT_S,
               help="A release's suites running longer than this are killed and its row "
                    "says it hung.")
+@click.option("--store", "keep", is_flag=True,
+              help="Keep each release's run record in the results store "
+                   "(HARNESS_RESULTS_URL, else the default store) under the branch "
+                   "`releases`, labelled with its release: the service's "
+                   "/dashboard/releases page shows the matrix from them.")
 @click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
 def releases_command(*, first: str | None, last: str, newest: int | None, every: int | None,
                      with_pin: bool,
                      list_only: bool, out: Path, workers: str, suite_timeout_s: float,
-                     pytest_args: tuple[str, ...]) -> None:
+                     keep: bool, pytest_args: tuple[str, ...]) -> None:
     """Run the suites against each published release of a span, one row a release."""
     if (first is None) == (newest is None):
         raise ConfigError("harness releases needs a span: --from RELEASE (the oldest of it) "
@@ -93,6 +100,8 @@ def releases_command(*, first: str | None, last: str, newest: int | None, every:
     if list_only:
         return
     cache = cache_root()
+    # Opened before any build: a store that cannot be reached fails now, not at the end.
+    store = open_store() if keep else None
     modelgen.ensure_fixtures()
     settings = SuiteRun(out=out.absolute(), workers=workers, timeout_s=suite_timeout_s,
                         pytest_args=pytest_args)
@@ -103,7 +112,13 @@ def releases_command(*, first: str | None, last: str, newest: int | None, every:
         outcome = _one_release(cache, release, settings, pinned=release == pin, pin=pin_record)
         if release == pin:
             pin_record = outcome.record
+        if store is not None and outcome.record is not None:
+            store.add_run(matrix_run(outcome.record, release, pinned=release == pin))
         rows.append(outcome.row)
+    if store is not None:
+        console.print(f"[bold]stored[/] in {store.url_for_display}, branch "
+                      f"{RELEASES_BRANCH}", soft_wrap=True)
+        store.close()
     table = render_table(rows)
     settings.out.mkdir(parents=True, exist_ok=True)
     (settings.out / "matrix.md").write_text(table + "\n")

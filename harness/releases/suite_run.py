@@ -18,7 +18,7 @@ from harness.bounded import stop_group
 from harness.errors import HarnessError
 from harness.paths import SUITES_DIR, suites_pytest_config
 from harness.plugin.recording.run_file import new_run_id
-from harness.releases.matrix import (
+from harness.results.release_matrix import (
     HUNG,
     ReleaseRow,
     findings,

@@ -18,6 +18,7 @@ import html
 from collections.abc import Callable, Mapping
 from urllib.parse import urlencode
 
+from harness.results.release_runs import RELEASES_BRANCH
 from harness.results.rules import FigureStatus
 from harness.service.dashboard import DashboardSeries, IndexRow
 from harness.service.dashboard_svg import HEIGHT, WIDTH, WRITER_VERSION
@@ -33,6 +34,8 @@ PLOT_CSP = "default-src 'none'; frame-ancestors 'none'"
 PAGE_VERSION = "1"
 PAGE_PATH = "/dashboard"
 PLOT_PATH = "/dashboard/plot.svg"
+#: The release matrix (harness/service/dashboard_releases.py).
+RELEASES_PATH = "/dashboard/releases"
 _STYLE = ("body{font-family:sans-serif;margin:1.5em;max-width:70em}"
           "h2{font-size:1em;margin:1.5em 0 .2em}table{border-collapse:collapse}"
           "td,th{border:1px solid #ccc;padding:.2em .6em;text-align:left}"
@@ -114,7 +117,7 @@ def render_index(rows: Paged[IndexRow], filters: Mapping[str, str]) -> str:
         said = "No runs match." if filters else "No runs stored yet."
         return _page("performance dashboards", f"<p>{said}</p>")
     lines = "".join(
-        f"<tr><td><a href=\"{_e(_branch_url(r))}\">{_e(r.branch)}</a></td>"
+        f"<tr><td><a href=\"{_e(_branch_url(r))}\">{_e(r.branch)}</a>{_matrix_link(r)}</td>"
         f"<td>{_e(r.description)}</td><td><code>{_e(r.hardware)}</code></td>"
         f"<td>{r.runs}</td><td>{_e(r.latest)}</td></tr>" for r in rows.items)
     links = _neighbours(rows.page, rows.pages, lambda n: PAGE_PATH + "?" + urlencode(
@@ -125,6 +128,13 @@ def render_index(rows: Paged[IndexRow], filters: Mapping[str, str]) -> str:
     table = ("<table><tr><th>branch</th><th>hardware</th><th>identity</th><th>runs</th>"
              f"<th>latest</th></tr>{lines}</table>") if rows.items else ""
     return _page("performance dashboards", counted + table)
+
+
+def _matrix_link(row: IndexRow) -> str:
+    if row.branch != RELEASES_BRANCH:
+        return ""
+    url = RELEASES_PATH + "?" + urlencode({"hardware": row.hardware})
+    return f" · <a href=\"{_e(url)}\">release matrix</a>"
 
 
 def _branch_url(row: IndexRow) -> str:
@@ -192,6 +202,15 @@ def _neighbours(page: int, pages: int, url: Callable[[int], str]) -> str:
         found.append(f"<a href=\"{_e(url(page + 1))}\" rel=\"next\">next</a>")
         found.append(f"<a href=\"{_e(url(pages))}\">last</a>")
     return "".join(f" · {link}" for link in found)
+
+
+def page_document(title: str, body: str) -> str:
+    """A whole dashboard page: the title, the style, ``body`` (already escaped HTML)."""
+    return _page(title, body)
+
+
+def escaped(text: str) -> str:
+    return _e(text)
 
 
 def _page(title: str, body: str) -> str:

@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from harness.results.release_runs import RELEASES_BRANCH, matrix_from_runs
 from harness.results.run_record import METRICS
 from harness.results.store import ResultsStore
 from harness.service.dashboard_cache import MadeOnce
@@ -36,11 +37,13 @@ from harness.service.dashboard_page import (
     PAGE_VERSION,
     PLOT_CSP,
     PLOT_PATH,
+    RELEASES_PATH,
     plot_version,
     render_index,
     render_page,
 )
 from harness.service.dashboard_reads import DashboardReads
+from harness.service.dashboard_releases import render_matrix, render_release_index
 from harness.service.dashboard_svg import series_svg, svg_key
 from harness.service.dashboard_view import (
     INDEX_PAGE_SIZE,
@@ -56,7 +59,10 @@ from harness.service.params import Choice, Count, Text, shown
 DASHBOARD_STATUSES: dict[tuple[str, str], frozenset[int]] = {
     ("GET", PAGE_PATH): frozenset({200, 304, 400}),
     ("GET", PLOT_PATH): frozenset({200, 304, 400, 404}),
+    ("GET", RELEASES_PATH): frozenset({200, 400}),
 }
+#: Stored release runs the matrix page reads: the newest run of each release among them.
+RELEASE_RUNS = 500
 #: Points (and series) of the page models kept: about 60 MB, some twenty main-job pages.
 MODEL_CACHE_WEIGHT = 200_000
 #: Bytes of drawn plots kept: some 2,500 plots of 60 runs.
@@ -87,7 +93,22 @@ class Dashboard:
 
     def routes(self) -> list[Route]:
         return [Route(PAGE_PATH, self.page, methods=["GET"]),
-                Route(PLOT_PATH, self.plot, methods=["GET"])]
+                Route(PLOT_PATH, self.plot, methods=["GET"]),
+                Route(RELEASES_PATH, self.releases, methods=["GET"])]
+
+    async def releases(self, request: Request) -> Response:
+        """The release matrix of one hardware, or the hardware that have one."""
+        hardware = _HARDWARE.read(request.query_params)
+
+        def answer() -> str:
+            if not hardware:
+                return render_release_index(self.store.run_pairs(branch=RELEASES_BRANCH))
+            runs = self.store.list_runs(branch=RELEASES_BRANCH, hardware=hardware,
+                                        limit=RELEASE_RUNS)
+            return render_matrix(hardware, matrix_from_runs(runs))
+
+        return HTMLResponse(await run_in_threadpool(answer), headers={
+            "Content-Security-Policy": PAGE_CSP, "Cache-Control": "no-cache"})
 
     def model(self, branch: str, hardware: str, limit: int) -> DashboardModel:
         """The page model of the runs in the window now, built when they are new."""
