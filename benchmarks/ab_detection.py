@@ -163,6 +163,7 @@ class Bench:
         self.log = log
         self.entries = _entries(log)
         self._baseline: dict[str, float] | None = None
+        self._baseline_ttft_prompt: int | None = None
 
     def _append(self, entry: dict[str, Any]) -> None:
         with self.log.open("a") as out:
@@ -173,9 +174,15 @@ class Bench:
                 budget_s: float | None = None) -> dict[str, Any]:
         """One comparison deciding ``metric``; every metric's pairs are kept."""
         rule = self.rule if budget_s is None else replace(self.rule, budget_s=budget_s)
+        ttft_prompt = self.ttft_prompt
+        if ttft_prompt is None and metric != "ttft_ms" and self._baseline is not None:
+            # Deciding another metric, a comparison sizes no first-token prompt; every
+            # start still times the first token, on the length `harness ab`'s default
+            # (all four metrics) would use: the baseline probe's.
+            ttft_prompt = self._baseline_ttft_prompt
         settings = AbSettings(model=self.model, fixture="bench", rule=rule, design=design,
                               metrics=(metric,), validated=frozenset(AB_METRICS),
-                              n_prompt=self.n_prompt, ttft_prompt=self.ttft_prompt)
+                              n_prompt=self.n_prompt, ttft_prompt=ttft_prompt)
         if kind == "aa":
             candidate, env = replace(self.pinned, label="candidate"), self.plain
         else:
@@ -200,6 +207,7 @@ class Bench:
                       if e["case"] == "baseline" and _prompt(e) == self.prompts]
             if logged:
                 self._baseline = logged[-1]["figures"]
+                self._baseline_ttft_prompt = logged[-1].get("ttft_prompt")
             else:
                 # Deciding ttft_ms: its first token is timed on the prompt a comparison
                 # of the kind would use (auto: the probe's); every metric is measured.
@@ -207,8 +215,9 @@ class Bench:
                 figures = {m: statistics.median(b for b, _ in p)
                            for m, p in probe["pairs"].items()}
                 self._append({"case": "baseline", "prompts": self.prompts,
-                              "figures": figures})
+                              "figures": figures, "ttft_prompt": probe["ttft_prompt"]})
                 self._baseline = figures
+                self._baseline_ttft_prompt = probe["ttft_prompt"]
         return self._baseline
 
     def size(self, kind: str, level: float) -> int:
@@ -262,6 +271,7 @@ class Bench:
         return max(1, round(extra_s / 40 / 1.3e-9))
 
     def decide(self, cell: Cell) -> dict[str, Any]:
+        self.baseline_figures()  # the first-token prompt every comparison times
         amount = 0 if cell.kind == "aa" else self.size(cell.kind, cell.level)
         started = time.monotonic()
         try:
