@@ -7,12 +7,17 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
+import pytest
 import results_fixtures
 from results_fixtures import GPU_BOX, at, make_run
 
+from harness.errors import ConfigError
 from harness.results.store import ResultsStore, open_store
 from harness.results.store_rows import ReportState
+from harness.service.layout import Layout
+from harness.service.settings import ServiceSettings
 
 store = results_fixtures.store
 store_url = results_fixtures.store_url
@@ -131,3 +136,14 @@ def test_replicas_claiming_at_once_never_share_a_job_or_a_history(store_url: str
     for branch in range(5):
         made = [r for r in claimed if int(r[4:]) % 5 == branch]
         assert made == sorted(made)
+
+
+def test_a_replica_name_that_could_leave_its_folder_is_refused(tmp_path: Path) -> None:
+    for bad in ("../other", "", ".hidden", "a/b", "x" * 65):
+        with pytest.raises(ConfigError, match="harness serve --replica"):
+            ServiceSettings(data_dir=tmp_path, token="t" * 32, replica=bad)
+    with pytest.raises(ConfigError, match="--report-lease-s"):
+        ServiceSettings(data_dir=tmp_path, token="t" * 32, report_lease_s=0.5)
+    settings = ServiceSettings(data_dir=tmp_path, token="t" * 32, replica="ci-h100-1.8080")
+    assert Layout(tmp_path, settings.replica).tmp_dir == tmp_path / "tmp" / "replicas" / \
+        "ci-h100-1.8080"
