@@ -35,9 +35,9 @@ from harness.results.store_tables import reports
 
 #: Short, so the test sees the takeover within seconds; each replica renews every third.
 LEASE_S = 6.0
-RUNS = 12
+RUNS = 10
 #: Tests per run: enough that Allure takes a moment, so a replica is caught making one.
-TESTS_PER_RUN = 1500
+TESTS_PER_RUN = 800
 
 
 def _held_by(url: str, replica: str) -> list[str]:
