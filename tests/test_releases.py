@@ -14,6 +14,7 @@ from results_fixtures import make_run, outcome
 
 from harness.commands.releases import releases_command
 from harness.errors import ConfigError
+from harness.planning.build_plan import BuildRequest
 from harness.releases.published import (
     newest_releases,
     package_version,
@@ -21,6 +22,7 @@ from harness.releases.published import (
     parse_release,
     select_releases,
 )
+from harness.releases.release_source import release_build_request
 from harness.releases.suite_run import run_bounded
 from harness.results.release_matrix import (
     Column,
@@ -236,3 +238,20 @@ def test_the_command_needs_a_span() -> None:
     bad = CliRunner().invoke(releases_command, ["--from", "newest", "--list"])
     assert bad.exit_code == 2
     assert "'newest' is not a llama.cpp release" in bad.output
+
+
+def test_an_older_tree_builds_without_its_web_ui(tmp_path: Path) -> None:
+    """Trees before LLAMA_BUILD_UI switch the UI with LLAMA_BUILD_WEBUI (on by default),
+    and their sdists lack the UI's built files: the build turns it off. A tree without
+    that switch (the pin's) gets the plain request, so its builds keep their keys."""
+    old = tmp_path / "old" / "tools" / "server"
+    old.mkdir(parents=True)
+    (old / "CMakeLists.txt").write_text(
+        'option(LLAMA_BUILD_WEBUI "Build the embedded Web UI" ON)\n')
+    assert release_build_request(tmp_path / "old").extra_cmake_args == (
+        "-DLLAMA_BUILD_WEBUI=OFF",)
+    new = tmp_path / "new" / "tools" / "server"
+    new.mkdir(parents=True)
+    (new / "CMakeLists.txt").write_text("add_executable(llama-server server.cpp)\n")
+    assert release_build_request(tmp_path / "new") == BuildRequest()
+    assert release_build_request(tmp_path / "missing") == BuildRequest()

@@ -26,7 +26,12 @@ from harness.files import write_json_atomic
 from harness.paths import cache_root
 from harness.planning.build_plan import BuildRequest
 from harness.releases.published import newest_releases, parse_release, select_releases
-from harness.releases.release_source import available_releases, fetch_release, pinned_release
+from harness.releases.release_source import (
+    available_releases,
+    fetch_release,
+    pinned_release,
+    release_build_request,
+)
 from harness.releases.suite_run import (
     DEFAULT_SUITE_TIMEOUT_S,
     SuiteOutcome,
@@ -135,6 +140,7 @@ def _one_release(cache: Path, release: int, settings: SuiteRun, *, pinned: bool,
     request = BuildRequest()
     try:
         tree = fetch_release(cache, release)
+        request = release_build_request(tree.path)
         with progress_bar(request) as report:
             build = build_server(cache, tree, request, progress=report)
     except HarnessError as exc:

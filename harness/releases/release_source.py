@@ -24,6 +24,7 @@ from harness.builds.source import (
 )
 from harness.errors import SourceError
 from harness.files import sha256_file, write_json_atomic
+from harness.planning.build_plan import BuildRequest
 from harness.releases.published import PACKAGE, package_version, parse_index_versions, parse_release
 
 #: How long asking the index for its versions may take.
@@ -91,3 +92,21 @@ def _recorded_digest(marker: Path) -> str:
         raise SourceError(f"{marker} records no sha256; delete {marker.parent} to fetch "
                           "the release again")
     return digest
+
+
+#: The switch older trees (before ``LLAMA_BUILD_UI``) have for the server's embedded web
+#: UI, on by default; their sdists do not carry the UI's built files
+#: (``tools/server/public/``), so the build fails looking for them. The harness never
+#: serves the UI.
+_OLD_WEBUI_OPTION = "option(LLAMA_BUILD_WEBUI"
+
+
+def release_build_request(tree: Path) -> BuildRequest:
+    """The plain CPU build of a release's tree, with the web UI off where the tree's
+    switch for it is the old one (the pin's, ``LLAMA_BUILD_UI``, is off already)."""
+    cmake = tree / "tools" / "server" / "CMakeLists.txt"
+    try:
+        old_switch = _OLD_WEBUI_OPTION in cmake.read_text(errors="replace")
+    except OSError:
+        old_switch = False
+    return BuildRequest(extra_cmake_args=("-DLLAMA_BUILD_WEBUI=OFF",) if old_switch else ())
