@@ -192,7 +192,8 @@ def endpoints(url: str) -> list[tuple[str, str]]:
         ("runs main+hw", f"/api/runs?branch=main&hardware={identity}"),
         ("runs limit=1000", "/api/runs?limit=1000"),
         ("run", f"/api/runs/{head}"),
-        ("history", f"/api/history?branch=main&hardware={identity}"),
+        ("history (default: 60 runs)", f"/api/history?branch=main&hardware={identity}"),
+        ("history limit=1000", f"/api/history?branch=main&hardware={identity}&limit=1000"),
         ("history key+metric", f"/api/history?branch=main&hardware={identity}"
                                f"&metric=decode_tps&key={quote(key.label(), safe='')}"),
         ("history limit=60", f"/api/history?branch=main&hardware={identity}&limit=60"),
