@@ -329,6 +329,9 @@ ROUTE_REQUESTS: dict[tuple[str, str], tuple[st.SearchStrategy[Request], frozense
                 "series": either(st.just(series_id(KEY, "decode_tps"))),
                 "v": either(st.text("0123456789abcdef-", max_size=40))},
                required=("branch", "hardware", "series")), frozenset({200})),
+    ("GET", "/dashboard/releases"): (
+        simple(lambda _: "/dashboard/releases", NO_ID,
+               {"hardware": either(st.just(HARDWARE[0]))}), frozenset({200})),
     ("GET", "/runs/{run_id}/report"): (
         simple(lambda rid: f"/runs/{rid}/report", either(RUN_IDS), {}), frozenset({307})),
     ("GET", "/runs/{run_id}/report/{path:path}"): (
