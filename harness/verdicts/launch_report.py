@@ -40,6 +40,7 @@ from harness.verdicts.block_report import (
 from harness.verdicts.kv_log import KvLogLine
 from harness.verdicts.log_blocks import (
     DRAFT_MODEL_LINE,
+    OLD_SLOTS_LINE,
     SLOTS_LINE,
     BlockKind,
     BlockRole,
@@ -192,14 +193,32 @@ _MLOCK_FAILED = re.compile(
     r"mlock not supported on this system).*?)\s*$")
 
 
+#: Older releases' per-slot line, and the line that says whether the slots share one KV
+#: cache (printed when ``--parallel`` is left to the server).
+_OLD_SLOT_CTX = re.compile(r"new slot, n_ctx = (?P<ctx>\d+)")
+_AUTO_UNIFIED = re.compile(r"using n_parallel = \d+ and kv_unified = (?P<unified>true|false)")
+
+
+def _slots(texts: list[str]) -> tuple[int | None, int | None, bool | None]:
+    """The server's slots: count, context of each, whether they share one KV cache; from
+    today's one line, else from the older releases' lines (kv_unified only where the
+    server chose the slot count)."""
+    if found := next((f for text in texts if (f := SLOTS_LINE.search(text))), None):
+        return int(found["slots"]), int(found["ctx"]), found["unified"] == "true"
+    count = first_group(OLD_SLOTS_LINE, texts, "slots")
+    ctx = first_group(_OLD_SLOT_CTX, texts, "ctx")
+    unified = first_group(_AUTO_UNIFIED, texts, "unified")
+    return (int(count) if count else None, int(ctx) if ctx else None,
+            None if unified is None else unified == "true")
+
+
 def parse_launch_log(log: str) -> LaunchReport:
     """Everything the startup log says about the launch; absent lines leave fields None."""
     blocks = [parse_block(block) for block in split_blocks(log)]
     target = next((b for b in blocks if b.role is BlockRole.TARGET), None)
     drafter = next((b for b in blocks if b.role is BlockRole.DRAFTER), None)
-    slots = next((found for line in log.splitlines() if (found := SLOTS_LINE.search(line))),
-                 None)
     texts = [message(line) for line in log.splitlines()]
+    n_slots, n_ctx_slot, unified = _slots(texts)
     draft_path = first_group(DRAFT_MODEL_LINE, texts, "path")
     checkpoints = next((found for text in texts if (found := _CHECKPOINTS_ON.search(text))),
                        None)
@@ -207,9 +226,9 @@ def parse_launch_log(log: str) -> LaunchReport:
     return LaunchReport(
         target=target,
         drafter=drafter,
-        n_slots=int(slots["slots"]) if slots else None,
-        n_ctx_slot=int(slots["ctx"]) if slots else None,
-        slots_kv_unified=slots["unified"] == "true" if slots else None,
+        n_slots=n_slots,
+        n_ctx_slot=n_ctx_slot,
+        slots_kv_unified=unified,
         drafter_path=draft_path,
         speculative_types=tuple(found["type"] for text in texts
                                 if (found := _SPEC_TYPE.search(text))),

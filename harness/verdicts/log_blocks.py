@@ -72,6 +72,9 @@ _MTP_CONTEXT = re.compile(r"creating MTP draft context against the target model 
 SLOTS_LINE = re.compile(
     r"initializing, n_slots = (?P<slots>\d+), n_ctx_slot = (?P<ctx>\d+), "
     r"kv_unified = '(?P<unified>true|false)'")
+#: The same end of loading as older releases print it (b9093 and b9596 here): the slot
+#: count alone, then ``new slot, n_ctx = N`` for each slot; ``launch_report`` reads both.
+OLD_SLOTS_LINE = re.compile(r"initializing slots, n_slots = (?P<slots>\d+)")
 
 
 def message(line: str) -> str:
@@ -121,7 +124,7 @@ def split_blocks(log: str) -> tuple[LogBlock, ...]:
             close()
             current = (BlockRole.DRAFTER, *starts)
             continue
-        if SLOTS_LINE.search(line):
+        if SLOTS_LINE.search(line) or OLD_SLOTS_LINE.search(line):
             done = True
             continue
         if current is None:
