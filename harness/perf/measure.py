@@ -72,10 +72,11 @@ def measure_speed(base_url: str, n_prompt: int, n_gen: int, repetitions: int,
     """
     budget = _Budget(MEASURE_BUDGET_S if budget_s is None else budget_s, base_url)
     http = shared_pool()  # one process-wide keep-alive pool: borrowed, never closed here
-    longer_first = first_token_prompt is not None and first_token_prompt > n_prompt
+    first_prompt = prompt_ids(n_prompt if first_token_prompt is None else first_token_prompt)
+    first_after = len(first_prompt) > n_prompt
     firsts: list[float] = []
-    if not longer_first:
-        firsts = _first_token_times(http, base_url, prompt_ids(n_prompt), budget, timeout_s)
+    if not first_after:
+        firsts = _first_token_times(http, base_url, first_prompt, budget, timeout_s)
     prompt_speeds: list[float] = []
     decode_speeds: list[float] = []
     prompt = prompt_ids(n_prompt)
@@ -88,10 +89,8 @@ def measure_speed(base_url: str, n_prompt: int, n_gen: int, repetitions: int,
             prompt_speeds.append(float(timings["prompt_per_second"]))
         if timings.get("predicted_per_second") and done.tokens_predicted > 1:
             decode_speeds.append(float(timings["predicted_per_second"]))
-    if longer_first:
-        assert first_token_prompt is not None
-        firsts = _first_token_times(http, base_url, prompt_ids(first_token_prompt), budget,
-                                    timeout_s)
+    if first_after:
+        firsts = _first_token_times(http, base_url, first_prompt, budget, timeout_s)
     return SpeedSample(
         ttft_ms=statistics.median(firsts) if firsts else None,
         prompt_tps=statistics.median(prompt_speeds) if prompt_speeds else None,
