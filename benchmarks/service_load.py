@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import subprocess
@@ -41,16 +40,14 @@ from pathlib import Path
 
 import httpx
 import main_job_record
-import psycopg
 from main_job_record import HARDWARE
 from sqlalchemy import func, select
-from sqlalchemy.engine import make_url
+from throwaway_postgres import postgres_database
 
 from harness.results.store_backends import create_store_engine, engine_url
 from harness.results.store_tables import reports, runs
 from harness.service.bundle import make_bundle
 
-POSTGRES_ENV = "HARNESS_TEST_POSTGRES_URL"
 TOKEN = "load-benchmark-token"
 BRANCHES = ("main", "release-1", "pr-17")
 #: Seconds the workers get, after the last upload, to make every report.
@@ -78,23 +75,6 @@ app = create_app(ServiceSettings(data_dir=Path(data), token=sys.argv[5], results
 uvicorn.Server(server_config(app, host="127.0.0.1", port=int(port), lifespan="on",
                              log_level="warning")).run()
 """
-
-
-@contextmanager
-def postgres_database() -> Iterator[str]:
-    """An empty database on the server ``$HARNESS_TEST_POSTGRES_URL`` names, dropped after."""
-    server = os.environ.get(POSTGRES_ENV)
-    if not server:
-        raise SystemExit(f"{POSTGRES_ENV} is unset: give a PostgreSQL URL whose role may "
-                         "create databases (.ci/run sets one up)")
-    name = f"service_load_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield make_url(server).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _free_port() -> int:
@@ -256,7 +236,7 @@ def main() -> int:
 
     with ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="service-load-")))
-        url = stack.enter_context(postgres_database())
+        url = stack.enter_context(postgres_database("service_load", "service_load.py"))
         print(f"bundling {args.runners} x {args.runs_each} runs of the main job", flush=True)
         planned = bundles(work, args.runners, args.runs_each)
         bases = stack.enter_context(replicas(url, work / "data", args.replicas, work))

@@ -28,14 +28,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import os
 import pstats
 import random
 import statistics
 import sys
 import tempfile
 import time
-import uuid
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -57,6 +55,7 @@ with warnings.catch_warnings():
 
 import main_job_record
 from main_job_record import FIGURES, HARDWARE, OUTCOMES, figure_keys
+from throwaway_postgres import postgres_database
 
 from harness.results.run_record import (
     Hardware,
@@ -75,7 +74,6 @@ from harness.results.store_tables import figures, outcomes, reports, runs
 from harness.service.app import create_app
 from harness.service.settings import ServiceSettings
 
-POSTGRES_ENV = "HARNESS_TEST_POSTGRES_URL"
 #: Runs written per transaction while filling.
 BATCH = 100
 TARGET_MS = 1000.0
@@ -261,18 +259,8 @@ def store_url(kind: str, path: str | None) -> Iterator[str]:
         with tempfile.TemporaryDirectory(prefix="service-scale-") as folder:
             yield f"sqlite:///{folder}/results.sqlite"
         return
-    server = os.environ.get(POSTGRES_ENV)
-    if not server:
-        raise SystemExit(f"--url postgres needs {POSTGRES_ENV}: a PostgreSQL URL whose role "
-                         "may create databases")
-    name = f"service_scale_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield make_url(server).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with postgres_database("service_scale", "--url postgres") as url:
+        yield url
 
 
 def main() -> None:
