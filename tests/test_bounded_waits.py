@@ -407,7 +407,10 @@ def test_a_server_the_kernel_holds_past_sigkill_is_reported_not_waited_on(
     assert f"(pid {process.pid}) did not exit within 1 s of SIGKILL" in text
     assert "main: loading model" in text  # the log's tail
     assert took < 0.5 + 1 + 2
-    assert process.returncode == -9  # the SIGKILL landed once the kernel let go
+    # It died of a signal stop() sent once the kernel let go. Which one the exit names
+    # is the kernel's choice: a SIGTERM queued on a frozen task can be made the group's
+    # exit before the SIGKILL behind it (seen once in CI: -15).
+    assert process.returncode in (-signal.SIGTERM, -signal.SIGKILL)
 
 
 def test_a_large_fixture_lock_held_too_long_names_its_holder(
