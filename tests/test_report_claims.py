@@ -8,14 +8,17 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import cast
 
 import pytest
 import results_fixtures
 from results_fixtures import GPU_BOX, at, make_run
+from test_service import bundle_bytes
 
 from harness.errors import ConfigError
 from harness.results.store import ResultsStore, open_store
 from harness.results.store_rows import ReportState
+from harness.service.ingest import Ingested, Ingestor
 from harness.service.layout import Layout
 from harness.service.settings import ServiceSettings
 
@@ -147,3 +150,53 @@ def test_a_replica_name_that_could_leave_its_folder_is_refused(tmp_path: Path) -
     settings = ServiceSettings(data_dir=tmp_path, token="t" * 32, replica="ci-h100-1.8080")
     assert Layout(tmp_path, settings.replica).tmp_dir == tmp_path / "tmp" / "replicas" / \
         "ci-h100-1.8080"
+
+
+class _SlowInsert:
+    """A store whose inserts wait on an event once the files are placed: the moment a
+    second replica's upload of the same run could step in."""
+
+    def __init__(self, store: ResultsStore, placed: threading.Event,
+                 release: threading.Event) -> None:
+        self._store, self._placed, self._release = store, placed, release
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+    def add_run(self, *args: object, **kwargs: object) -> bool:
+        self._placed.set()
+        assert self._release.wait(10)
+        return self._store.add_run(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def test_one_run_uploaded_to_two_replicas_at_once_is_placed_once(
+        store_url: str, tmp_path: Path) -> None:
+    run = make_run("same-run")
+    upload = tmp_path / "bundle.tar.gz"
+    upload.write_bytes(bundle_bytes(tmp_path, run))
+    data = tmp_path / "data"
+    placed, release = threading.Event(), threading.Event()
+    with open_store(store_url) as first_store, open_store(store_url) as second_store:
+        first = Ingestor(Layout(data, "a"), cast(ResultsStore, _SlowInsert(
+            first_store, placed, release)), max_unpacked_bytes=10**8, max_members=1000)
+        second = Ingestor(Layout(data, "b"), second_store, max_unpacked_bytes=10**8,
+                          max_members=1000)
+        results: dict[str, Ingested] = {}
+        a = threading.Thread(target=lambda: results.update(a=first.ingest(upload)))
+        a.start()
+        assert placed.wait(10)
+        folder = Layout(data).run_dir(run.run_id)
+        inode = folder.stat().st_ino
+        b = threading.Thread(target=lambda: results.update(b=second.ingest(upload)))
+        b.start()
+        b.join(1.0)
+        # Without the shared lock b saw no row yet and swapped a's files for its own.
+        assert b.is_alive(), "the second replica did not wait for the first's upload"
+        assert folder.stat().st_ino == inode
+        release.set()
+        a.join(10)
+        b.join(10)
+        assert (results["a"].created, results["a"].files_placed) == (True, True)
+        assert (results["b"].created, results["b"].files_placed) == (False, False)
+        assert folder.stat().st_ino == inode
+        assert [r.run_id for r in second_store.list_runs()] == [run.run_id]

@@ -19,8 +19,12 @@ A run whose row came another way (`harness store`) but whose files are not here 
 them from the upload: its state is set pending first, then the files are placed, so a
 crash in between leaves a pending run that the next upload completes.
 
-The locks only order uploads inside this process; the store's unique run id settles
-any race beyond it.
+Steps 2 to 4 hold two locks picked by the run id: a thread lock (uploads inside this
+process) and a file lock in the shared data directory (uploads to other replicas of
+the service). Without the file lock, an upload of the same run to a second replica
+could see no row yet (the first's transaction still open), move the first's files
+aside and put its own in their place while a report was read from them, or take
+them out on a failed insert after the first's row had been committed.
 """
 
 from __future__ import annotations
@@ -33,13 +37,18 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.bounded import bounded_lock
 from harness.results.run_record import RunRecord
 from harness.results.store import ResultsStore
+from harness.results.store_backends import ResultsStoreError
 from harness.service.bundle_extract import safe_extract
 from harness.service.layout import Layout
 from harness.service.reports import pending_state
 
 _LOCK_STRIPES = 64
+#: How long an upload waits for another replica's upload of a run id in its stripe (an
+#: unpacked bundle's rename and one insert: far less, unless that replica is stuck).
+INGEST_LOCK_WAIT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -76,7 +85,13 @@ class Ingestor:
                               max_members=self._max_members)
         run = bundle.run
         try:
-            with self._locks[zlib.crc32(run.run_id.encode()) % _LOCK_STRIPES]:
+            stripe = zlib.crc32(run.run_id.encode()) % _LOCK_STRIPES
+            lock_file = layout.ingest_lock(stripe)
+            lock_file.parent.mkdir(parents=True, exist_ok=True)
+            with self._locks[stripe], bounded_lock(
+                    lock_file, wait_s=INGEST_LOCK_WAIT_S, error=ResultsStoreError,
+                    purpose=f"storing the upload of run {run.run_id}",
+                    setting="harness.service.ingest.INGEST_LOCK_WAIT_S"):
                 final = layout.run_dir(run.run_id)
                 state = pending_state()
                 if self._store.get_run(run.run_id) is not None:

@@ -10,6 +10,8 @@
       runs/<run_id>/allure-results/ the uploaded Allure results
       runs/<run_id>/report/         the generated Allure report (appears whole, by rename)
       history/<branch>/<hardware>.jsonl   Allure history, one trend per branch + hardware
+      locks/ingest-<n>.lock         file locks that order uploads of one run id across
+                                    every replica sharing the folder (a fixed set)
 
 A run's report state (pending, ready, failed) is in the results store, committed with
 the run. ``runs/<run_id>/report-state.json`` is where services before that kept it:
@@ -114,6 +116,10 @@ class Layout:
     @property
     def runs_dir(self) -> Path:
         return self.data_dir / "runs"
+
+    def ingest_lock(self, stripe: int) -> Path:
+        """The file lock uploads of the run ids in ``stripe`` take, in every replica."""
+        return self.data_dir / "locks" / f"ingest-{stripe}.lock"
 
     def run_dir(self, run_id: str) -> Path:
         return self.runs_dir / check_run_id(run_id)
