@@ -1,0 +1,173 @@
+"""The bisect loop: judge both endpoints, then probe until the first bad commit is
+known, only skipped commits remain, or the budget is spent.
+
+Every probe is exported, built through the cached build path (a tree built before is a
+hit; ccache shares what nearby commits have in common), judged, written to the journal
+and reported before the next one starts. A build that fails is a skip, with its error
+as the evidence: the search goes on around it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.bisect.history import Commit, commits_between, export
+from harness.bisect.journal import Header, Journal, Probe
+from harness.bisect.oracles import Oracle
+from harness.bisect.search import Verdict, Window, next_probe, window
+from harness.builds.native import BuildResult, build_server
+from harness.errors import BuildError, ConfigError
+from harness.planning.build_plan import BuildRequest
+
+#: Exit codes: the first bad commit is known; a range of candidates is left (skipped
+#: commits, or the budget ran out); the endpoints do not reproduce the regression.
+FOUND, CANDIDATES, NOT_REPRODUCED = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Limits:
+    #: Stop probing once this much time has passed (the endpoints always run).
+    budget_s: float | None = None
+    #: Stop probing once this many builds were compiled (cache hits do not count).
+    max_builds: int | None = None
+
+
+@dataclass(frozen=True)
+class BisectSettings:
+    tree: Path
+    good: Commit
+    bad: Commit
+    oracle: Oracle
+    request: BuildRequest
+    cache: Path
+    out: Path
+    journal: Path
+    first_parent: bool = False
+    limits: Limits = Limits()
+
+
+@dataclass(frozen=True)
+class BisectResult:
+    history: tuple[Commit, ...]
+    probes: tuple[Probe, ...]
+    #: None when an endpoint did not judge as it must.
+    window: Window | None
+    #: Why the search stopped short, when it did ("the budget of 600 s is spent").
+    stopped: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        if self.window is None:
+            return NOT_REPRODUCED
+        return FOUND if self.window.culprit is not None and self.stopped is None \
+            else CANDIDATES
+
+    def commit_at(self, index: int) -> Commit:
+        return self.history[index]
+
+    def to_json(self) -> dict[str, object]:
+        found = self.window
+        return {
+            "commits": len(self.history),
+            "good": self.history[0].sha, "bad": self.history[-1].sha,
+            "first_bad": (dataclasses.asdict(self.history[found.culprit])
+                          if found is not None and found.culprit is not None else None),
+            "candidates": ([dataclasses.asdict(self.history[i]) for i in found.candidates]
+                           if found is not None else []),
+            "stopped": self.stopped,
+            "reproduced": found is not None,
+            "probes": [p.to_json() for p in self.probes],
+        }
+
+
+def build_description(request: BuildRequest) -> str:
+    """The build options in one stable line (the journal's header compares it)."""
+    return json.dumps({**dataclasses.asdict(request), "backend": request.backend.value},
+                      sort_keys=True)
+
+
+ProbeReport = Callable[[Probe, BisectResult], None]
+ProbeStart = Callable[[Commit], None]
+
+
+def bisect(settings: BisectSettings, *, report: ProbeReport = lambda probe, state: None,
+           starting: ProbeStart = lambda commit: None) -> BisectResult:
+    """Run the bisect ``settings`` describe, resuming from its journal; ``starting`` and
+    ``report`` hear of each probe before it is built and once it is judged."""
+    history = tuple(commits_between(settings.tree, settings.good, settings.bad,
+                                    first_parent=settings.first_parent))
+    journal = Journal(settings.journal, Header(
+        tree=str(settings.tree), good=settings.good.sha, bad=settings.bad.sha,
+        oracle=settings.oracle.describe(), build=build_description(settings.request),
+        first_parent=settings.first_parent))
+    by_commit = {c.sha: c for c in history}
+    if any(p.commit not in by_commit for p in journal.probes):
+        raise ConfigError(f"{settings.journal} holds probes of commits outside this range: "
+                          "the tree's history changed since; remove the journal to start over")
+    started, builds = time.monotonic(), 0
+
+    def state(window_now: Window | None, stopped: str | None = None) -> BisectResult:
+        order = {c.sha: i for i, c in enumerate(history)}
+        probes = tuple(sorted(journal.probes, key=lambda p: order[p.commit]))
+        return BisectResult(history, probes, window_now, stopped)
+
+    def judged() -> dict[str, Verdict]:
+        return {p.commit: p.verdict for p in journal.probes}
+
+    def probe(commit: Commit) -> None:
+        nonlocal builds
+        starting(commit)
+        done = _probe(settings, commit)
+        builds += 0 if done.cache_hit or not done.build_key else 1
+        journal.add(done)
+        report(done, state(_window_or_none(history, judged())))
+
+    # Endpoints first: no search on a regression that does not reproduce.
+    for endpoint, wanted in ((history[0], Verdict.GOOD), (history[-1], Verdict.BAD)):
+        if endpoint.sha not in judged():
+            probe(endpoint)
+        if judged()[endpoint.sha] is not wanted:
+            return state(None)
+    while (commit_sha := next_probe([c.sha for c in history], judged())) is not None:
+        spent = _spent(settings.limits, time.monotonic() - started, builds)
+        if spent is not None:
+            return state(window([c.sha for c in history], judged()), spent)
+        probe(by_commit[commit_sha])
+    return state(window([c.sha for c in history], judged()))
+
+
+def _window_or_none(history: tuple[Commit, ...], verdicts: dict[str, Verdict]) -> Window | None:
+    try:
+        return window([c.sha for c in history], verdicts)
+    except ValueError:  # an endpoint not judged yet, or not as it must be
+        return None
+
+
+def _spent(limits: Limits, elapsed_s: float, builds: int) -> str | None:
+    if limits.budget_s is not None and elapsed_s >= limits.budget_s:
+        return f"the budget of {limits.budget_s:g} s is spent ({elapsed_s:.0f} s)"
+    if limits.max_builds is not None and builds >= limits.max_builds:
+        return f"--max-builds {limits.max_builds} builds were compiled"
+    return None
+
+
+def _probe(settings: BisectSettings, commit: Commit) -> Probe:
+    started = time.monotonic()
+    try:
+        source = export(settings.tree, commit, settings.cache)
+        build: BuildResult = build_server(settings.cache, source, settings.request)
+    except BuildError as exc:
+        first_line = (str(exc).splitlines() or ["the build failed"])[0]
+        return Probe(commit=commit.sha, subject=commit.subject, verdict=Verdict.SKIP,
+                     evidence=f"build failed: {first_line}", build_key="",
+                     build_s=time.monotonic() - started, judge_s=0.0, cache_hit=False)
+    build_s = time.monotonic() - started
+    judgement = settings.oracle.judge(build, commit, settings.out / "probes" / commit.sha[:12])
+    return Probe(commit=commit.sha, subject=commit.subject, verdict=judgement.verdict,
+                 evidence=judgement.evidence, build_key=build.info.key, build_s=build_s,
+                 judge_s=judgement.seconds, cache_hit=build.cache_hit)

@@ -1,0 +1,115 @@
+"""The commits a bisect searches, read from a git tree, and each one as a source tree.
+
+A commit becomes a build's source the way a user's checkout does, through ``git
+archive``: the tree the commit names, nothing from the working copy. Each is kept under
+the harness cache (``source/git-<commit>``), because a cached build links back to its
+source (``builds/<key>/source``) and ccache reads every tree at that one relative path:
+a commit next to one built before recompiles only the files that differ.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.bounded import bounded_lock
+from harness.builds.source import SourceTree, hash_tree
+from harness.errors import ConfigError, SourceError
+
+#: git's answers are local and quick; this bounds a wedged repository.
+GIT_LIMIT_S = 120.0
+#: How long an export waits for another process exporting the same commit.
+EXPORT_LOCK_WAIT_S = 600.0
+
+
+@dataclass(frozen=True)
+class Commit:
+    sha: str
+    subject: str
+
+
+def _git(tree: Path, *args: str) -> str:
+    try:
+        done = subprocess.run(["git", "-C", str(tree), *args], capture_output=True,
+                              text=True, timeout=GIT_LIMIT_S, check=False)
+    except FileNotFoundError as exc:
+        raise ConfigError("harness bisect needs git on PATH (apt-get install git)") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise SourceError(f"git {' '.join(args)} in {tree} did not answer within "
+                          f"{GIT_LIMIT_S:.0f} s") from exc
+    if done.returncode != 0:
+        raise SourceError(f"git {' '.join(args)} in {tree} failed: "
+                          f"{done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout
+
+
+def resolve(tree: Path, ref: str) -> Commit:
+    """The commit ``ref`` names in ``tree`` (a branch, tag, sha or ``HEAD~3``)."""
+    if ref.startswith("-"):
+        raise ConfigError(f"{ref!r} is not a git ref")
+    try:
+        sha = _git(tree, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").strip()
+    except SourceError as exc:
+        raise ConfigError(f"{ref!r} names no commit in {tree}: give a branch, tag or "
+                          "commit id of that repository") from exc
+    return Commit(sha, subject(tree, sha))
+
+
+def subject(tree: Path, sha: str) -> str:
+    return _git(tree, "log", "-1", "--format=%s", sha).strip()
+
+
+def commits_between(tree: Path, good: Commit, bad: Commit, *,
+                    first_parent: bool = False) -> list[Commit]:
+    """``good``, every commit after it that leads to ``bad``, and ``bad``: oldest first.
+
+    ``good`` must be an ancestor of ``bad``. Merged side branches come in topological
+    order; ``first_parent`` keeps only the commits of ``bad``'s own line, so a fork that
+    merges upstream is searched over its merges and blames the merge.
+    """
+    try:
+        _git(tree, "merge-base", "--is-ancestor", good.sha, bad.sha)
+    except SourceError as exc:
+        raise ConfigError(f"the good commit {good.sha[:12]} is not an ancestor of the bad "
+                          f"commit {bad.sha[:12]} in {tree}: a bisect searches the commits "
+                          "from one to the other; swap them or pick other endpoints") from exc
+    walk = ["--first-parent"] if first_parent else ["--ancestry-path"]
+    listed = _git(tree, "log", "--reverse", "--topo-order", "--format=%H%x00%s", *walk,
+                  f"{good.sha}..{bad.sha}")
+    middle = [Commit(*line.split("\0", 1)) for line in listed.splitlines() if line]
+    if not middle or middle[-1].sha != bad.sha:
+        raise ConfigError(f"git lists no path from {good.sha[:12]} to {bad.sha[:12]} in "
+                          f"{tree}{' with --first-parent' if first_parent else ''}")
+    return [good, *middle]
+
+
+def export(tree: Path, commit: Commit, cache: Path) -> SourceTree:
+    """``commit``'s tree under the cache, exported once (``git archive``) and hashed."""
+    home = cache / "source" / f"git-{commit.sha}"
+    home.parent.mkdir(parents=True, exist_ok=True)
+    with bounded_lock(Path(f"{home}.lock"), wait_s=EXPORT_LOCK_WAIT_S, error=SourceError,
+                      purpose=f"exporting commit {commit.sha}",
+                      setting="harness.bisect.history.EXPORT_LOCK_WAIT_S"):
+        if not home.is_dir():
+            _archive(tree, commit.sha, home)
+    return SourceTree(path=home, digest=hash_tree(home), origin=f"git:{commit.sha}")
+
+
+def _archive(tree: Path, sha: str, home: Path) -> None:
+    staging = home.with_name(f".{home.name}-{uuid.uuid4().hex}")
+    staging.mkdir()
+    archive = staging.with_suffix(".tar")
+    try:
+        _git(tree, "archive", "--format=tar", f"--output={archive}", sha)
+        with tarfile.open(archive) as tar:
+            # git's own archive of a commit: the data filter still refuses links out.
+            tar.extractall(staging, filter="data")
+        os.replace(staging, home)
+    finally:
+        archive.unlink(missing_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)

@@ -1,0 +1,120 @@
+"""``harness bisect``: from a good and a bad commit of a llama.cpp git tree to the first
+bad commit, judged by a script or by suite tests, on cached incremental builds.
+
+Exit 0 when the first bad commit is known, 1 when a range of candidates is left
+(skipped commits, or the budget ran out), 2 when the endpoints do not reproduce the
+regression or the bisect could not start. docs/bisect.md has the whole story.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.markup import escape
+
+from harness.bisect.bisector import BisectSettings, Limits, bisect
+from harness.bisect.history import resolve
+from harness.bisect.oracles import (
+    DEFAULT_JUDGE_LIMIT_S,
+    Oracle,
+    ScriptOracle,
+    TestOracle,
+    check_test_ids,
+)
+from harness.bisect.table import progress_line, render_table
+from harness.commands._build_options import build_options, build_request
+from harness.commands._progress import console
+from harness.errors import ConfigError
+from harness.files import write_json_atomic
+from harness.paths import cache_root
+
+
+@click.command("bisect")
+@click.option("--source", "tree", required=True,
+              type=click.Path(path_type=Path, file_okay=False, exists=True),
+              help="The llama.cpp git tree (a checkout or a fork) whose history is searched.")
+@click.option("--good", required=True, metavar="REF",
+              help="A commit (branch, tag, id) the oracle judges good; an ancestor of --bad.")
+@click.option("--bad", required=True, metavar="REF", help="A commit the oracle judges bad.")
+@click.option("--script", default=None, metavar="CMD",
+              help="Oracle: a shell command, given the probed build in "
+                   "HARNESS_BISECT_BINARY and HARNESS_BISECT_BUILD_JSON; exit 0 good, 125 "
+                   "skip this commit, anything else bad (git bisect run's contract).")
+@click.option("--test", "tests", multiple=True, metavar="NODEID",
+              help="Oracle: suite tests (repeatable) that pass on good and fail on bad, "
+                   "e.g. 'suites/test_plan_forwarding.py::test_x[p]'.")
+@click.option("--reruns", type=click.IntRange(min=0), default=1, show_default=True,
+              help="With --test: run a failing probe again this many times; it is bad only "
+                   "when it fails every time.")
+@click.option("--first-parent", is_flag=True,
+              help="Follow only the bad commit's first-parent line: a fork that merges "
+                   "upstream blames the merge.")
+@click.option("--budget-s", type=click.FloatRange(min=0), default=None,
+              help="Stop probing after this many seconds (the endpoints always run); the "
+                   "candidates left are printed and the journal resumes it.")
+@click.option("--max-builds", type=click.IntRange(min=0), default=None,
+              help="Stop probing after this many compiled builds (cache hits are free).")
+@click.option("--judge-limit-s", type=click.FloatRange(min=1), default=DEFAULT_JUDGE_LIMIT_S,
+              show_default=True, help="The longest one judgement may take.")
+@build_options
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False),
+              default=Path("harness-bisect"), show_default=True,
+              help="Where each probe's output, result.json and table.md go.")
+@click.option("--log", "journal", type=click.Path(path_type=Path, dir_okay=False),
+              default=None, help="The journal of probes (default OUT/bisect.jsonl); an "
+                                 "interrupted bisect given the same one continues from it.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the result as JSON on stdout instead of the table.")
+def bisect_command(*, tree: Path, good: str, bad: str, script: str | None,
+                   tests: tuple[str, ...], reruns: int, first_parent: bool,
+                   budget_s: float | None, max_builds: int | None, judge_limit_s: float,
+                   backend: str, native: bool, cmake_args: tuple[str, ...], cuda_archs: str,
+                   amdgpu_targets: str, reduced: bool, out: Path, journal: Path | None,
+                   as_json: bool) -> None:
+    """Find the commit between --good and --bad that made the oracle fail."""
+    oracle = _oracle(script, tests, reruns, judge_limit_s)
+    request = build_request(backend=backend, native=native, cmake_args=cmake_args,
+                            cuda_archs=cuda_archs, amdgpu_targets=amdgpu_targets,
+                            reduced=reduced)
+    tree = tree.absolute()
+    out = out.absolute()
+    settings = BisectSettings(
+        tree=tree, good=resolve(tree, good), bad=resolve(tree, bad), oracle=oracle,
+        request=request, cache=cache_root(), out=out,
+        journal=(journal or out / "bisect.jsonl").absolute(), first_parent=first_parent,
+        limits=Limits(budget_s=budget_s, max_builds=max_builds))
+    console.print(f"[bold]bisect[/] {settings.good.sha[:12]}..{settings.bad.sha[:12]} "
+                  f"{escape(oracle.describe())}; journal {settings.journal}", soft_wrap=True)
+    result = bisect(
+        settings,
+        starting=lambda commit: console.print(
+            f"[dim]probing {commit.sha[:12]} {escape(commit.subject)}[/]", soft_wrap=True),
+        report=lambda probe, state: console.print(escape(progress_line(probe, state)),
+                                                  soft_wrap=True))
+    table = render_table(result)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "table.md").write_text(table + "\n")
+    write_json_atomic(out / "result.json", result.to_json())
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2))
+    else:
+        click.echo(table)
+    sys.exit(result.exit_code)
+
+
+def _oracle(script: str | None, tests: tuple[str, ...], reruns: int,
+            limit_s: float) -> Oracle:
+    if (script is None) == (not tests):
+        raise click.UsageError("harness bisect needs one oracle: --script CMD or "
+                               "--test NODEID (repeatable), not both")
+    if script is not None:
+        if not script.strip():
+            raise click.BadParameter("an empty command judges nothing", param_hint="--script")
+        return ScriptOracle(script, limit_s)
+    try:
+        return TestOracle(check_test_ids(tests), reruns=reruns, limit_s=limit_s)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--test") from None

@@ -1,0 +1,188 @@
+"""``harness bisect`` end to end over a real git history of a stand-in llama.cpp tree.
+
+The tree (tests/data/fake-llama) builds in seconds through the real cached build path
+and ccache; the history holds a commit that breaks the build and one that drops a flag
+from ``--help``, and the oracle is a real shell script. What is under test is the
+harness's control flow — endpoints first, the skip, the journal, the exit codes — not
+llama-server, whose own bisects are in tests/test_bisect_real.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.bisect.journal import read_journal
+from harness.bisect.search import Verdict
+
+FAKE_TREE = Path(__file__).parent / "data" / "fake-llama"
+FLAG_LINE = 'printf("-ub,   --ubatch-size N                   physical maximum batch size\\n");'
+HARNESS = [sys.executable, "-c", "from harness.commands import main; main()"]
+ORACLE = '"$HARNESS_BISECT_BINARY" --help | grep -q -- --ubatch-size'
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+
+
+def _git(tree: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@localhost"}
+    return subprocess.run(["git", "-C", str(tree), *args], check=True, capture_output=True,
+                          text=True, env=env).stdout.strip()
+
+
+def _commit(tree: Path, subject: str) -> str:
+    _git(tree, "add", "-A")
+    _git(tree, "commit", "-q", "-m", subject)
+    return _git(tree, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def history(tmp_path: Path) -> tuple[Path, list[str]]:
+    """base (good), docs, build broken, build fixed, flag dropped (the culprit), docs."""
+    tree = tmp_path / "llama.cpp"
+    shutil.copytree(FAKE_TREE, tree)
+    server = tree / "tools" / "server" / "server.c"
+    original = server.read_text()
+    with_flag = original.replace('        return 0;\n    }\n    return 1;',
+                                 f'        {FLAG_LINE}\n        return 0;\n    }}\n    return 1;')
+    assert with_flag != original
+    _git(tree, "init", "-q", "-b", "main")
+    server.write_text(with_flag)
+    shas = [_commit(tree, "base: the server lists --ubatch-size")]
+    (tree / "README.md").write_text("docs\n")
+    shas.append(_commit(tree, "docs: a readme"))
+    server.write_text(with_flag + "\nthis does not compile\n")
+    shas.append(_commit(tree, "server: a change that breaks the build"))
+    server.write_text(with_flag)
+    shas.append(_commit(tree, "server: the build fixed"))
+    server.write_text(original)
+    shas.append(_commit(tree, "server: drop --ubatch-size"))
+    (tree / "README.md").write_text("more docs\n")
+    shas.append(_commit(tree, "docs: more"))
+    return tree, shas
+
+
+def _bisect(tmp_path: Path, tree: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HARNESS_CACHE": str(tmp_path / "cache")}
+    env.pop("CCACHE_DIR", None)
+    return subprocess.run([*HARNESS, "bisect", "--source", str(tree),
+                           "--out", str(tmp_path / "out"), *args],
+                          capture_output=True, text=True, env=env, timeout=600, check=False)
+
+
+def test_a_bisect_skips_the_broken_build_and_names_the_commit_that_dropped_the_flag(
+        tmp_path: Path, history: tuple[Path, list[str]]) -> None:
+    tree, shas = history
+    done = _bisect(tmp_path, tree, "--good", shas[0], "--bad", "main", "--script", ORACLE,
+                   "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["first_bad"] == {"sha": shas[4], "subject": "server: drop --ubatch-size"}
+    said = {p["commit"]: p for p in result["probes"]}
+    # Endpoints, the middle (its build is broken: skipped), its neighbour, the culprit.
+    assert [p["commit"] for p in result["probes"]] == [shas[0], shas[2], shas[3], shas[4],
+                                                        shas[5]]
+    assert said[shas[2]]["verdict"] == "skip"
+    assert said[shas[2]]["evidence"].startswith("build failed:")
+    assert said[shas[2]]["build_key"] == ""
+    assert said[shas[3]]["verdict"] == "good"
+    assert said[shas[4]]["verdict"] == "bad"
+    assert said[shas[4]]["evidence"] == "exit 1"
+    # The progress lines came while it ran, and the table marks the culprit.
+    assert done.stderr.count("probing ") == 5
+    table = (tmp_path / "out" / "table.md").read_text()
+    assert f"| {shas[4][:12]} **first bad** |" in table
+    assert f"first bad commit: {shas[4]} server: drop --ubatch-size" in table
+    # Each commit was exported by git archive into the cache and built from there.
+    assert (tmp_path / "cache" / "source" / f"git-{shas[4]}" / "README.md").is_file()
+    assert (tmp_path / "cache" / "builds" / said[shas[4]]["build_key"] / "build.json").is_file()
+
+
+def test_an_interrupted_bisect_resumes_from_its_journal_without_probing_again(
+        tmp_path: Path, history: tuple[Path, list[str]]) -> None:
+    tree, shas = history
+    first = _bisect(tmp_path, tree, "--good", shas[0], "--bad", shas[5], "--script", ORACLE,
+                    "--max-builds", "2")
+    assert first.returncode == 1, first.stderr
+    assert "--max-builds 2 builds were compiled" in first.stdout
+    assert "the first bad commit is one of 5" in first.stdout
+    journal = tmp_path / "out" / "bisect.jsonl"
+    found = read_journal(journal)
+    assert found is not None
+    assert [p.commit for p in found[1]] == [shas[0], shas[5]]
+    # A kill in the middle of a write leaves a torn line: dropped, not fatal.
+    with journal.open("a") as torn:
+        torn.write('{"commit": "')
+    second = _bisect(tmp_path, tree, "--good", shas[0], "--bad", shas[5], "--script", ORACLE)
+    assert second.returncode == 0, second.stderr
+    found = read_journal(journal)
+    assert found is not None
+    commits = [p.commit for p in found[1]]
+    assert len(commits) == len(set(commits)) == 5
+    assert f"first bad commit: {shas[4]}" in second.stdout
+
+
+def test_a_journal_of_another_bisect_is_refused(tmp_path: Path,
+                                                history: tuple[Path, list[str]]) -> None:
+    tree, shas = history
+    assert _bisect(tmp_path, tree, "--good", shas[0], "--bad", shas[5], "--script", ORACLE,
+                   "--max-builds", "0").returncode == 1
+    other = _bisect(tmp_path, tree, "--good", shas[0], "--bad", shas[5], "--script", "true")
+    assert other.returncode == 2
+    assert "is the journal of another bisect" in other.stderr
+    assert "script: true" in other.stderr
+
+
+def test_endpoints_that_do_not_reproduce_stop_before_any_search(
+        tmp_path: Path, history: tuple[Path, list[str]]) -> None:
+    tree, shas = history
+    done = _bisect(tmp_path, tree, "--good", shas[0], "--bad", shas[3], "--script", ORACLE,
+                   "--json")
+    assert done.returncode == 2
+    result = json.loads(done.stdout)
+    assert result["reproduced"] is False
+    assert [p["commit"] for p in result["probes"]] == [shas[0], shas[3]]
+    table = (tmp_path / "out" / "table.md").read_text()
+    assert f"the bad endpoint {shas[3][:12]} judged good (exit 0)" in table
+
+
+def test_a_script_can_skip_a_commit_with_125(tmp_path: Path,
+                                            history: tuple[Path, list[str]]) -> None:
+    tree, shas = history
+    skip_docs = (f'case "$HARNESS_BISECT_COMMIT" in {shas[3]}) exit 125;; esac; {ORACLE}')
+    done = _bisect(tmp_path, tree, "--good", shas[1], "--bad", shas[5], "--script",
+                   skip_docs, "--json")
+    result = json.loads(done.stdout)
+    said = {p["commit"]: p["verdict"] for p in result["probes"]}
+    assert said[shas[3]] == Verdict.SKIP.value
+    assert said[shas[2]] == Verdict.SKIP.value  # the broken build
+    # Only skipped commits lie between the good docs commit and the culprit: the
+    # candidates are listed, not guessed.
+    assert done.returncode == 1
+    assert [c["sha"] for c in result["candidates"]] == [shas[2], shas[3], shas[4]]
+
+
+def test_endpoints_the_wrong_way_round_are_refused(tmp_path: Path,
+                                                  history: tuple[Path, list[str]]) -> None:
+    tree, shas = history
+    done = _bisect(tmp_path, tree, "--good", shas[5], "--bad", shas[0], "--script", ORACLE)
+    assert done.returncode == 2
+    assert "is not an ancestor of the bad commit" in done.stderr
+    assert not (tmp_path / "cache" / "builds").exists()
+
+
+def test_one_oracle_is_needed(tmp_path: Path, history: tuple[Path, list[str]]) -> None:
+    tree, shas = history
+    neither = _bisect(tmp_path, tree, "--good", shas[0], "--bad", shas[5])
+    assert neither.returncode == 2
+    assert "needs one oracle" in neither.stderr
+    bad_test = _bisect(tmp_path, tree, "--good", shas[0], "--bad", shas[5], "--test",
+                       "suites/../etc/passwd::x")
+    assert bad_test.returncode == 2
+    assert "names no suite test" in bad_test.stderr
