@@ -10,10 +10,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harness.ab.decision import MetricDecision
+from harness.ab.stats import RatioInterval
+from harness.bisect.bisector import build_failure
 from harness.bisect.journal import Header, Journal, Probe, read_journal
+from harness.bisect.metric_oracle import describe_decision, verdict_of
 from harness.bisect.oracles import JudgeError, verdict_of_tries
 from harness.bisect.search import Verdict
 from harness.errors import ConfigError
+from harness.results.rules import AbVerdict
 from harness.results.run_record import Outcome
 from harness.results.run_record import TestOutcome as Recorded
 
@@ -112,3 +117,41 @@ def test_a_known_flake_passes_and_a_skip_does_not() -> None:
 def test_a_named_test_the_run_did_not_report_is_an_error_not_a_verdict() -> None:
     with pytest.raises(JudgeError, match=r"no outcome for suites/test_x\.py::test_y"):
         verdict_of_tries(["suites/test_x.py::test_y"], [[_outcome(Outcome.PASSED)]])
+
+
+def test_a_failed_build_is_named_by_its_step_its_error_and_its_log() -> None:
+    message = ("`/usr/bin/cmake -S ...` failed with exit code 1.\n"
+               "--- last 40 lines of the build log ---\n-- Configuring incomplete\n"
+               "CMake Error at tools/server/CMakeLists.txt:52 (message):\n  broken\n"
+               "--- full log: /cache/builds/cpu-1/build.log ---")
+    assert build_failure(message) == (
+        "build failed: `/usr/bin/cmake -S ...` failed with exit code 1. CMake Error at "
+        "tools/server/CMakeLists.txt:52 (message): (log /cache/builds/cpu-1/build.log)")
+    assert build_failure("") == "build failed: the build failed"
+
+
+def _decision(verdict: AbVerdict, ratio: float = 0.9) -> MetricDecision:
+    return MetricDecision(metric="decode_tps", verdict=verdict,
+                          interval=RatioInterval(ratio, ratio - 0.01, ratio + 0.01, 0.95, 8),
+                          baseline_median=700.0, candidate_median=700.0 * ratio, pairs=8)
+
+
+@pytest.mark.parametrize(("against_good", "against_bad", "expected"), [
+    (AbVerdict.REGRESSED, None, Verdict.BAD),
+    (AbVerdict.UNCHANGED, None, Verdict.GOOD),
+    (AbVerdict.IMPROVED, None, Verdict.GOOD),
+    (AbVerdict.UNKNOWN, None, Verdict.UNDECIDED),
+    (AbVerdict.UNKNOWN, AbVerdict.IMPROVED, Verdict.GOOD),
+    (AbVerdict.UNKNOWN, AbVerdict.UNCHANGED, Verdict.BAD),
+    (AbVerdict.UNKNOWN, AbVerdict.REGRESSED, Verdict.UNDECIDED),
+    (AbVerdict.UNKNOWN, AbVerdict.UNKNOWN, Verdict.UNDECIDED),
+])
+def test_a_measured_probe_takes_the_side_it_matches_or_none(
+        against_good: AbVerdict, against_bad: AbVerdict | None, expected: Verdict) -> None:
+    assert verdict_of(_decision(against_good),
+                      None if against_bad is None else _decision(against_bad)) is expected
+
+
+def test_a_measured_probe_names_its_ratio_interval_and_pairs() -> None:
+    assert describe_decision("good", _decision(AbVerdict.REGRESSED, 0.88)) == (
+        "decode_tps 0.880 [0.870, 0.890] vs good: regressed, 8 pairs")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from harness.bisect.history import Commit, commits_between, export
 from harness.bisect.journal import Header, Journal, Probe
-from harness.bisect.oracles import Oracle
+from harness.bisect.oracles import Oracle, ProbeContext
 from harness.bisect.search import Verdict, Window, next_probe, window
 from harness.builds.native import BuildResult, build_server
 from harness.errors import BuildError, ConfigError
@@ -156,18 +156,37 @@ def _spent(limits: Limits, elapsed_s: float, builds: int) -> str | None:
     return None
 
 
+def build_failure(message: str) -> str:
+    """A failed build's evidence (pure): the step that failed, the first line of its log
+    tail that says "error", and where the whole log is."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    step = lines[0] if lines else "the build failed"
+    said = next((line for line in lines[1:] if "error" in line.lower()
+                 and not line.startswith("---")), None)
+    log = next((line.removeprefix("--- full log: ").removesuffix(" ---") for line in lines
+                if line.startswith("--- full log: ")), None)
+    return (f"build failed: {step}" + (f" {said}" if said else "") +
+            (f" (log {log})" if log else ""))
+
+
+def _build(settings: BisectSettings, commit: Commit) -> BuildResult:
+    return build_server(settings.cache, export(settings.tree, commit, settings.cache),
+                        settings.request)
+
+
 def _probe(settings: BisectSettings, commit: Commit) -> Probe:
     started = time.monotonic()
     try:
-        source = export(settings.tree, commit, settings.cache)
-        build: BuildResult = build_server(settings.cache, source, settings.request)
+        build = _build(settings, commit)
     except BuildError as exc:
-        first_line = (str(exc).splitlines() or ["the build failed"])[0]
         return Probe(commit=commit.sha, subject=commit.subject, verdict=Verdict.SKIP,
-                     evidence=f"build failed: {first_line}", build_key="",
+                     evidence=build_failure(str(exc)), build_key="",
                      build_s=time.monotonic() - started, judge_s=0.0, cache_hit=False)
     build_s = time.monotonic() - started
-    judgement = settings.oracle.judge(build, commit, settings.out / "probes" / commit.sha[:12])
+    context = ProbeContext(folder=settings.out / "probes" / commit.sha[:12],
+                           good=settings.good, bad=settings.bad,
+                           build_of=lambda endpoint: _build(settings, endpoint))
+    judgement = settings.oracle.judge(build, commit, context)
     return Probe(commit=commit.sha, subject=commit.subject, verdict=judgement.verdict,
                  evidence=judgement.evidence, build_key=build.info.key, build_s=build_s,
                  judge_s=judgement.seconds, cache_hit=build.cache_hit)

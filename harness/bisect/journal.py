@@ -85,7 +85,7 @@ def _probe(row: Mapping[str, Any]) -> Probe:
     try:
         verdict = Verdict(row.get("verdict"))
     except ValueError:
-        raise ValueError("verdict is not good, bad or skip") from None
+        raise ValueError("verdict is not good, bad, skip or undecided") from None
     return Probe(commit=_check_sha(row.get("commit"), "commit"),
                  subject=_field(row, "subject", str), verdict=verdict,
                  evidence=_field(row, "evidence", str), build_key=_field(row, "build_key", str),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -49,13 +49,24 @@ class Judgement:
     seconds: float = 0.0
 
 
+@dataclass(frozen=True)
+class ProbeContext:
+    """Where a probe stands in the bisect: its output folder, the endpoints, and their
+    builds on demand (an oracle that measures against them; cache hits once built)."""
+
+    folder: Path
+    good: Commit
+    bad: Commit
+    build_of: Callable[[Commit], BuildResult]
+
+
 class Oracle(Protocol):
     def describe(self) -> str:
         """What the oracle is, in one line (kept in the journal: a resumed bisect must
         use the same one)."""
         ...
 
-    def judge(self, build: BuildResult, commit: Commit, folder: Path) -> Judgement: ...
+    def judge(self, build: BuildResult, commit: Commit, context: ProbeContext) -> Judgement: ...
 
 
 def probe_environment(build: BuildResult, commit: Commit) -> dict[str, str]:
@@ -76,10 +87,10 @@ class ScriptOracle:
     def describe(self) -> str:
         return f"script: {self.command}"
 
-    def judge(self, build: BuildResult, commit: Commit, folder: Path) -> Judgement:
-        folder.mkdir(parents=True, exist_ok=True)
+    def judge(self, build: BuildResult, commit: Commit, context: ProbeContext) -> Judgement:
+        context.folder.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        log = folder / "script.log"
+        log = context.folder / "script.log"
         with log.open("w", encoding="utf-8") as out:
             ran = run_step(["/bin/sh", "-c", self.command], step=f"the script {self.command!r}",
                            limit_s=self.limit_s, error=JudgeError, log_path=log,
@@ -121,11 +132,11 @@ class TestOracle:
     def describe(self) -> str:
         return "tests: " + " ".join(self.node_ids)
 
-    def judge(self, build: BuildResult, commit: Commit, folder: Path) -> Judgement:
+    def judge(self, build: BuildResult, commit: Commit, context: ProbeContext) -> Judgement:
         started = time.monotonic()
         tries: list[tuple[TestOutcome, ...]] = []
         for attempt in range(1 + self.reruns):
-            outcomes = self._run(build, commit, folder / f"try-{attempt + 1}")
+            outcomes = self._run(build, commit, context.folder / f"try-{attempt + 1}")
             tries.append(outcomes)
             if not _failing(outcomes):
                 break

@@ -3,9 +3,9 @@
 The history is a list of commits, oldest first: the good endpoint, every commit after
 it up to the bad endpoint, the bad endpoint last. The first bad commit lies after the
 newest good commit that comes before the oldest bad one, and at or before that bad one.
-Commits in between that could not be judged (their build failed, or the oracle said
-"skip") stay candidates: when only those remain, the answer is the candidate range,
-not a guess.
+Commits in between that could not be judged (their build failed, the oracle said
+"skip", or a measurement matched neither side) stay candidates: when only those
+remain, the answer is the candidate range, not a guess.
 
 The next probe is the unjudged commit nearest the middle of the open range (the lower
 one on a tie), as ``git bisect`` picks one near the middle when the middle is skipped.
@@ -23,6 +23,13 @@ class Verdict(enum.Enum):
     BAD = "bad"
     #: Could not be judged: the build failed, or the oracle said so (exit 125).
     SKIP = "skip"
+    #: Measured, but matched neither endpoint within its budget (the metric oracle):
+    #: a candidate like a skipped commit, never guessed to one side.
+    UNDECIDED = "undecided"
+
+
+#: Verdicts that do not move the window.
+UNJUDGED = frozenset({Verdict.SKIP, Verdict.UNDECIDED})
 
 
 @dataclass(frozen=True)
@@ -35,7 +42,7 @@ class Window:
     high: int
     #: Indices strictly between the two that no probe has judged yet.
     unjudged: tuple[int, ...]
-    #: Indices strictly between the two that were skipped.
+    #: Indices strictly between the two that were skipped or left undecided.
     skipped: tuple[int, ...]
 
     @property
@@ -68,7 +75,7 @@ def window(history: Sequence[str], verdicts: Mapping[str, Verdict]) -> Window:
     return Window(
         low=low, high=high,
         unjudged=tuple(i for i in between if history[i] not in verdicts),
-        skipped=tuple(i for i in between if verdicts.get(history[i]) is Verdict.SKIP))
+        skipped=tuple(i for i in between if verdicts.get(history[i]) in UNJUDGED))
 
 
 def next_probe(history: Sequence[str], verdicts: Mapping[str, Verdict]) -> str | None:

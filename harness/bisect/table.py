@@ -22,8 +22,9 @@ def progress_line(probe: Probe, state: BisectResult) -> str:
     if state.window is not None:
         shas = [c.sha for c in state.history]
         verdicts = {p.commit: p.verdict for p in state.probes}
-        line += (f" — {len(state.window.candidates)} candidates, about "
-                 f"{probes_left(shas, verdicts)} probes left")
+        count, left = len(state.window.candidates), probes_left(shas, verdicts)
+        line += (f" — {count} candidate{'s' if count != 1 else ''}, about {left} "
+                 f"probe{'s' if left != 1 else ''} left")
     return line
 
 

@@ -15,8 +15,12 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
+from harness.ab.decision import AbRule
+from harness.ab.design import DESIGNS
+from harness.ab.runner import AB_METRICS
 from harness.bisect.bisector import BisectSettings, Limits, bisect
 from harness.bisect.history import resolve
+from harness.bisect.metric_oracle import AUTO, MetricOracle, metric_settings
 from harness.bisect.oracles import (
     DEFAULT_JUDGE_LIMIT_S,
     Oracle,
@@ -30,6 +34,8 @@ from harness.commands._progress import console
 from harness.errors import ConfigError
 from harness.files import write_json_atomic
 from harness.paths import cache_root
+
+DEFAULT_RULE = AbRule()
 
 
 @click.command("bisect")
@@ -46,6 +52,20 @@ from harness.paths import cache_root
 @click.option("--test", "tests", multiple=True, metavar="NODEID",
               help="Oracle: suite tests (repeatable) that pass on good and fail on bad, "
                    "e.g. 'suites/test_plan_forwarding.py::test_x[p]'.")
+@click.option("--metric", default=None, type=click.Choice(AB_METRICS),
+              help="Oracle: this figure, each probe measured side by side against the good "
+                   "and the bad build with the A/B machinery (harness ab).")
+@click.option("--fixture", default="bench", show_default=True,
+              help="With --metric: the fixture model the servers serve.")
+@click.option("--threshold", type=click.FloatRange(0.001, 0.5),
+              default=DEFAULT_RULE.threshold, show_default=True,
+              help="With --metric: the relative change that counts (0.03 is 3 %).")
+@click.option("--ab-budget-s", type=click.FloatRange(min=1), default=DEFAULT_RULE.budget_s,
+              show_default=True, help="With --metric: seconds one comparison may measure "
+                                      "before it is unknown.")
+@click.option("--design", type=click.Choice((AUTO, *DESIGNS)), default=AUTO,
+              show_default=True, help="With --metric: the A/B design (auto: what harness "
+                                      "ab picks on this runner, else sequential).")
 @click.option("--reruns", type=click.IntRange(min=0), default=1, show_default=True,
               help="With --test: run a failing probe again this many times; it is bad only "
                    "when it fails every time.")
@@ -69,16 +89,26 @@ from harness.paths import cache_root
 @click.option("--json", "as_json", is_flag=True,
               help="Print the result as JSON on stdout instead of the table.")
 def bisect_command(*, tree: Path, good: str, bad: str, script: str | None,
-                   tests: tuple[str, ...], reruns: int, first_parent: bool,
+                   tests: tuple[str, ...], metric: str | None, fixture: str, threshold: float,
+                   ab_budget_s: float, design: str, reruns: int, first_parent: bool,
                    budget_s: float | None, max_builds: int | None, judge_limit_s: float,
                    backend: str, native: bool, cmake_args: tuple[str, ...], cuda_archs: str,
                    amdgpu_targets: str, reduced: bool, out: Path, journal: Path | None,
                    as_json: bool) -> None:
     """Find the commit between --good and --bad that made the oracle fail."""
-    oracle = _oracle(script, tests, reruns, judge_limit_s)
     request = build_request(backend=backend, native=native, cmake_args=cmake_args,
                             cuda_archs=cuda_archs, amdgpu_targets=amdgpu_targets,
                             reduced=reduced)
+    if sum((script is not None, bool(tests), metric is not None)) != 1:
+        raise click.UsageError("harness bisect needs one oracle: --script CMD, --test "
+                               "NODEID (repeatable) or --metric NAME")
+    oracle: Oracle
+    if metric is not None:
+        oracle = MetricOracle(metric_settings(
+            metric, fixture=fixture, rule=AbRule(threshold=threshold, budget_s=ab_budget_s),
+            design=design, backend=request.backend))
+    else:
+        oracle = _oracle(script, tests, reruns, judge_limit_s)
     tree = tree.absolute()
     out = out.absolute()
     settings = BisectSettings(
@@ -107,9 +137,6 @@ def bisect_command(*, tree: Path, good: str, bad: str, script: str | None,
 
 def _oracle(script: str | None, tests: tuple[str, ...], reruns: int,
             limit_s: float) -> Oracle:
-    if (script is None) == (not tests):
-        raise click.UsageError("harness bisect needs one oracle: --script CMD or "
-                               "--test NODEID (repeatable), not both")
     if script is not None:
         if not script.strip():
             raise click.BadParameter("an empty command judges nothing", param_hint="--script")

@@ -1,0 +1,139 @@
+"""``--metric``: each probed build measured against the endpoints with the A/B machinery.
+
+The good endpoint is the reference and is not measured. The bad endpoint must measure
+regressed against it, or the regression does not reproduce. A probe is measured in
+rounds, against the good build and then the bad one: regressed beside good means bad,
+unchanged or improved beside good means good, improved beside bad means good,
+unchanged beside bad means bad. Each side is quick to show where the probe differs
+from it (a regression the size of the endpoints' shows in a few pairs) and slow where
+it matches (showing "unchanged" needs a narrow interval), so the rounds start short
+(``FIRST_ROUND_S`` a comparison) and double until the probe's budget is spent. A
+probe that matches neither side by then is undecided — a candidate, never a guess.
+
+The comparisons use the design ``harness ab`` would pick on this runner (``auto``: one
+its calibration validated, else the sequential design, the ground truth): a design that
+shares the hardware between the arms would misjudge exactly the probes near the
+threshold.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from harness import modelgen
+from harness.ab.decision import AbRule, MetricDecision
+from harness.ab.design_check import load_validation
+from harness.ab.runner import AbSettings, Arm, run_ab
+from harness.ab.validation import auto_design, record_for, validated_metrics
+from harness.bisect.history import Commit
+from harness.bisect.oracles import Judgement, ProbeContext
+from harness.bisect.search import Verdict
+from harness.builds.native import BuildResult
+from harness.facts.build import Backend
+from harness.paths import cache_root
+from harness.results.rules import AbVerdict
+
+#: Seconds of the first comparison against each side; each later round doubles it.
+FIRST_ROUND_S = 30.0
+#: ``--design``'s default: what ``harness ab --design auto`` picks on this runner.
+AUTO = "auto"
+
+
+def metric_settings(metric: str, *, fixture: str, rule: AbRule, design: str,
+                    backend: Backend) -> AbSettings:
+    """The A/B settings of a metric oracle: one metric, the fixture's model, the design
+    this runner's calibration allows for builds of ``backend``."""
+    record = record_for(load_validation(cache_root()), [backend, backend])
+    if design == AUTO:
+        design = auto_design((metric,), record, host_processes=True)
+    return AbSettings(model=modelgen.ensure_fixtures().model(fixture), fixture=fixture,
+                      metrics=(metric,), rule=rule, design=design,
+                      validated=validated_metrics(design, (metric,), record))
+
+
+def _arm(label: str, build: BuildResult) -> Arm:
+    return Arm(label=label, binary=build.binary, backend=build.info.backend)
+
+
+def describe_decision(against: str, decision: MetricDecision) -> str:
+    """``decode_tps 0.912 [0.897, 0.926] vs good: regressed (12 pairs)`` (pure)."""
+    interval = decision.interval
+    figures = (f"{interval.ratio:.3f} [{interval.low:.3f}, {interval.high:.3f}]"
+               if interval is not None else "no ratio")
+    why = f" ({decision.reason})" if decision.reason else ""
+    return (f"{decision.metric} {figures} vs {against}: {decision.verdict.value}{why}, "
+            f"{decision.pairs} pairs")
+
+
+def verdict_of(against_good: MetricDecision, against_bad: MetricDecision | None) -> Verdict:
+    """A middle probe's verdict from its comparisons (pure): see the module's doc."""
+    if against_good.verdict is AbVerdict.REGRESSED:
+        return Verdict.BAD
+    if against_good.verdict in (AbVerdict.UNCHANGED, AbVerdict.IMPROVED):
+        return Verdict.GOOD
+    if against_bad is None:
+        return Verdict.UNDECIDED
+    if against_bad.verdict is AbVerdict.IMPROVED:
+        return Verdict.GOOD
+    if against_bad.verdict is AbVerdict.UNCHANGED:
+        return Verdict.BAD
+    return Verdict.UNDECIDED
+
+
+@dataclass(frozen=True)
+class MetricOracle:
+    #: One metric (``settings.metrics`` holds it alone), the fixture, rule and design.
+    settings: AbSettings
+
+    @property
+    def metric(self) -> str:
+        return self.settings.metrics[0]
+
+    def describe(self) -> str:
+        rule = self.settings.rule
+        return (f"metric: {self.metric} on {self.settings.fixture}, threshold "
+                f"{rule.threshold:g}, {self.settings.design} design, budget {rule.budget_s:g} s")
+
+    def judge(self, build: BuildResult, commit: Commit, context: ProbeContext) -> Judgement:
+        started = time.monotonic()
+        if commit == context.good:
+            return Judgement(Verdict.GOOD, "the reference the other builds are measured "
+                             "against", time.monotonic() - started)
+        good = context.build_of(context.good)
+        budget = self.settings.rule.budget_s
+        if commit == context.bad:
+            against_good = self._compare(good, build, context.folder / "vs-good", budget)
+            verdict = (Verdict.BAD if against_good.verdict is AbVerdict.REGRESSED
+                       else Verdict.GOOD if against_good.verdict is not AbVerdict.UNKNOWN
+                       else Verdict.UNDECIDED)
+            return Judgement(verdict, describe_decision("good", against_good),
+                             time.monotonic() - started)
+        bad = context.build_of(context.bad)
+        said: list[str] = []
+        verdict = Verdict.UNDECIDED
+        left, round_s, round_number = budget, min(FIRST_ROUND_S, budget / 2), 1
+        while left > 0:
+            folder = context.folder / f"round-{round_number}"
+            against_good = self._compare(good, build, folder / "vs-good", round_s)
+            said = [describe_decision("good", against_good)]
+            verdict = verdict_of(against_good, None)
+            if verdict is Verdict.UNDECIDED:
+                against_bad = self._compare(bad, build, folder / "vs-bad", round_s)
+                said.append(describe_decision("bad", against_bad))
+                verdict = verdict_of(against_good, against_bad)
+            if verdict is not Verdict.UNDECIDED:
+                break
+            left -= 2 * round_s
+            round_s, round_number = min(2 * round_s, left / 2), round_number + 1
+        rounds = f" (round {round_number})" if round_number > 1 else ""
+        return Judgement(verdict, "; ".join(said) + rounds, time.monotonic() - started)
+
+    def _compare(self, baseline: BuildResult, probe: BuildResult, logs: Path,
+                 budget_s: float) -> MetricDecision:
+        logs.mkdir(parents=True, exist_ok=True)
+        settings = replace(self.settings, rule=replace(self.settings.rule, budget_s=budget_s))
+        outcome = run_ab(_arm("baseline", baseline), _arm("candidate", probe), settings,
+                         log_dir=logs)
+        return next(d for d in outcome.decisions if d.metric == self.metric)
