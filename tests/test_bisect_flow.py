@@ -17,9 +17,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from results_fixtures import make_run
 
 from harness.bisect.journal import read_journal
 from harness.bisect.search import Verdict
+from harness.results.run_validation import parse_run_json
 
 FAKE_TREE = Path(__file__).parent / "data" / "fake-llama"
 FLAG_LINE = 'printf("-ub,   --ubatch-size N                   physical maximum batch size\\n");'
@@ -79,10 +81,14 @@ def _bisect(tmp_path: Path, tree: Path, *args: str) -> subprocess.CompletedProce
 def test_a_bisect_skips_the_broken_build_and_names_the_commit_that_dropped_the_flag(
         tmp_path: Path, history: tuple[Path, list[str]]) -> None:
     tree, shas = history
+    run_json = tmp_path / "run.json"
+    run_json.write_text(json.dumps(make_run("night-7").to_json()))
     done = _bisect(tmp_path, tree, "--good", shas[0], "--bad", "main", "--script", ORACLE,
-                   "--json")
+                   "--json", "--record", str(run_json))
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
+    # The run whose regression it explains carries it, through the run.json schema.
+    assert parse_run_json(run_json.read_bytes()).bisect == result
     assert result["first_bad"] == {"sha": shas[4], "subject": "server: drop --ubatch-size"}
     said = {p["commit"]: p for p in result["probes"]}
     # Endpoints, the middle (its build is broken: skipped), its neighbour, the culprit.

@@ -587,7 +587,7 @@ def test_a_version_1_store_is_migrated_to_the_current_version(store_url: str) ->
         new = replace(make_run("after-migration", started_at=at(9)), ab=_ab_result())
         assert migrated.add_run(new, report=ReportState("ready"))
         assert migrated.list_runs() == [new, old]
-    assert _stored_version(store_url) == [STORE_SCHEMA_VERSION] == [6]
+    assert _stored_version(store_url) == [STORE_SCHEMA_VERSION] == [7]
     assert _stored_ab(store_url, old.run_id) is None
     # Opening it again changes nothing.
     with open_store(store_url) as again:
@@ -627,6 +627,7 @@ def test_a_version_3_store_is_migrated_keeping_its_figures_and_storing_predictio
     with engine.begin() as conn:  # back to what schema 3 held: no figures.predicted
         conn.exec_driver_sql("ALTER TABLE figures DROP COLUMN predicted")
         conn.exec_driver_sql("ALTER TABLE runs DROP COLUMN checked")
+        conn.exec_driver_sql("ALTER TABLE runs DROP COLUMN bisect")
         conn.execute(update(schema_version).values(version=3))
     engine.dispose()
     predicted = replace(make_run("predicted", started_at=at(9)),
@@ -702,3 +703,33 @@ def test_a_run_stored_before_the_suites_moved_keeps_its_history(store: ResultsSt
     changes = compare_tests(read, after)
     assert changes["new_tests"] == changes["removed_tests"] == ()
     assert [c.test_id for c in changes["fixed"]] == ["tests/test_cli.py::test_help"]
+
+
+BISECT = {
+    "good": "a" * 40, "bad": "b" * 40, "oracle": "metric: decode_tps on bench", "commits": 3,
+    "reproduced": True, "first_bad": {"sha": "b" * 40, "subject": "server: slower"},
+    "candidates": [{"sha": "b" * 40, "subject": "server: slower"}], "stopped": None,
+    "probes": [{"commit": "b" * 40, "subject": "server: slower", "verdict": "bad",
+                "evidence": "decode_tps 0.880 [0.870, 0.890] vs good: regressed, 8 pairs",
+                "build_key": "cpu-1", "build_s": 24.0, "judge_s": 11.0, "cache_hit": False}],
+}
+
+
+def test_a_version_6_store_is_migrated_and_keeps_a_runs_bisect(store_url: str) -> None:
+    old = _full_run()
+    with open_store(store_url) as current:
+        assert current.add_run(old)
+    engine = create_engine(store_url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.begin() as conn:  # back to what schema 6 held: no runs.bisect
+        conn.exec_driver_sql("ALTER TABLE runs DROP COLUMN bisect")
+        conn.execute(update(schema_version).values(version=6))
+    engine.dispose()
+    explained = replace(make_run("explained", started_at=at(9)), bisect=BISECT)
+    with open_store(store_url) as migrated:
+        assert migrated.get_run(old.run_id) == old
+        assert migrated.add_run(explained)
+        got = migrated.get_run(explained.run_id)
+    assert got == explained
+    assert got is not None
+    assert got.bisect == BISECT
+    assert _stored_version(store_url) == [STORE_SCHEMA_VERSION]

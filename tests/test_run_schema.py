@@ -19,6 +19,7 @@ from jsonschema import Draft202012Validator
 from results_fixtures import BUILD, CPU_BOX, GPU_BOX, at, fig, figure_key, make_run, outcome
 
 from harness.ab.design import DESIGNS
+from harness.bisect.search import Verdict
 from harness.errors import HarnessError
 from harness.plugin.recording.outcomes import OutcomeTally
 from harness.plugin.recording.run_file import build_ref, run_record
@@ -39,6 +40,7 @@ from harness.results.run_record import (
 from harness.results.run_schema import (
     AB_DESIGNS,
     AB_VERDICTS,
+    BISECT_VERDICTS,
     MAX_DEPTH,
     MAX_DOCUMENT_BYTES,
     RUN_SCHEMA,
@@ -205,6 +207,10 @@ def test_the_ab_object_record_json_writes_round_trips() -> None:
     assert again is not None
     decode = again["metrics"]["decode_tps"]
     assert [type(decode[k]) for k in ("ratio", "ci_low", "ci_high")] == [float] * 3
+
+
+def test_every_verdict_of_harness_bisect_is_accepted() -> None:
+    assert tuple(v.value for v in Verdict) == BISECT_VERDICTS
 
 
 def test_every_metric_design_and_verdict_of_harness_ab_is_accepted() -> None:
@@ -517,6 +523,19 @@ _AB = st.fixed_dictionaries({
     "counter_changes": st.lists(st.fixed_dictionaries({
         "name": _TEXT, "baseline": _TEXT, "candidate": _TEXT}), max_size=2),
 })
+_SHAS = st.from_regex(r"[0-9a-f]{40}", fullmatch=True)
+_SECONDS = st.floats(min_value=0, max_value=1e7)
+_COMMITS = st.fixed_dictionaries({"sha": _SHAS, "subject": _TEXT})
+_BISECT = st.fixed_dictionaries({
+    "good": _SHAS, "bad": _SHAS, "oracle": _TEXT,
+    "commits": st.integers(min_value=2, max_value=2**31 - 1), "reproduced": st.booleans(),
+    "first_bad": st.none() | _COMMITS, "candidates": st.lists(_COMMITS, max_size=3),
+    "stopped": st.none() | _TEXT,
+    "probes": st.lists(st.fixed_dictionaries({
+        "commit": _SHAS, "subject": _TEXT, "verdict": st.sampled_from(BISECT_VERDICTS),
+        "evidence": _TEXT, "build_key": _TEXT, "build_s": _SECONDS, "judge_s": _SECONDS,
+        "cache_hit": st.booleans()}), max_size=3),
+})
 _RUNS = st.builds(
     RunRecord,
     run_id=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,30}", fullmatch=True),
@@ -536,6 +555,7 @@ _RUNS = st.builds(
         value=st.floats(min_value=0, max_value=1e15)), max_size=4).map(tuple),
     labels=st.dictionaries(_TEXT, _TEXT, max_size=3),
     ab=st.none() | _AB,
+    bisect=st.none() | _BISECT,
 )
 
 

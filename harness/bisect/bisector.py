@@ -59,6 +59,8 @@ class BisectResult:
     window: Window | None
     #: Why the search stopped short, when it did ("the budget of 600 s is spent").
     stopped: str | None = None
+    #: The oracle, in its own words (Oracle.describe).
+    oracle: str = ""
 
     @property
     def exit_code(self) -> int:
@@ -74,7 +76,7 @@ class BisectResult:
         found = self.window
         return {
             "commits": len(self.history),
-            "good": self.history[0].sha, "bad": self.history[-1].sha,
+            "good": self.history[0].sha, "bad": self.history[-1].sha, "oracle": self.oracle,
             "first_bad": (dataclasses.asdict(self.history[found.culprit])
                           if found is not None and found.culprit is not None else None),
             "candidates": ([dataclasses.asdict(self.history[i]) for i in found.candidates]
@@ -114,7 +116,8 @@ def bisect(settings: BisectSettings, *, report: ProbeReport = lambda probe, stat
     def state(window_now: Window | None, stopped: str | None = None) -> BisectResult:
         order = {c.sha: i for i, c in enumerate(history)}
         probes = tuple(sorted(journal.probes, key=lambda p: order[p.commit]))
-        return BisectResult(history, probes, window_now, stopped)
+        return BisectResult(history, probes, window_now, stopped,
+                            oracle=settings.oracle.describe())
 
     def judged() -> dict[str, Verdict]:
         return {p.commit: p.verdict for p in journal.probes}

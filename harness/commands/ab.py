@@ -31,11 +31,10 @@ from harness.ab.runner import AB_METRICS, AbProgress, AbSettings, Arm, run_ab
 from harness.ab.validation import DesignCheck, auto_design, record_for, validated_metrics
 from harness.builds.under_test import resolve_named_build
 from harness.errors import ConfigError, HarnessError
-from harness.files import write_json_atomic
 from harness.paths import cache_root
 from harness.perf.keys import DEFAULT_PROMPT_TOKENS
 from harness.probes.docker_engine import docker_engine, engine_unavailable
-from harness.results.run_validation import parse_run_json
+from harness.results.run_validation import add_to_run
 
 DEFAULT_RULE = AbRule()
 AUTO = "auto"
@@ -88,14 +87,6 @@ def _progress(progress: AbProgress) -> None:
     verdicts = ", ".join(f"{metric} {decision.verdict} ({decision.pairs} pairs)"
                          for metric, decision in progress.decisions.items())
     click.echo(f"block {progress.blocks}: {progress.elapsed_s:.0f} s: {verdicts}", err=True)
-
-
-def _record(run_json: Path, ab: dict[str, object]) -> None:
-    """Add the ``ab`` object to an existing run record, through the run.json schema."""
-    body = parse_run_json(run_json.read_bytes(), source=str(run_json)).to_json()
-    body["ab"] = ab
-    parse_run_json(json.dumps(body), source=f"{run_json} with its A/B result")
-    write_json_atomic(run_json, body)
 
 
 @click.command("ab")
@@ -179,7 +170,7 @@ def ab_command(*, baseline: str | None, candidate: str | None, fixture: str,
             validated=validated_metrics(design, chosen, record))
         outcome = run_ab(*arms, settings, on_block=_progress, log_dir=log_dir)
         if run_json is not None:
-            _record(run_json, record_json(outcome))
+            add_to_run(run_json, "ab", record_json(outcome), what="its A/B result")
         if allure_results is not None:
             # Imported here: matplotlib is slow to import, and only this needs it.
             from harness.ab.allure_result import write_allure_result  # noqa: PLC0415

@@ -34,6 +34,7 @@ from harness.commands._progress import console
 from harness.errors import ConfigError
 from harness.files import write_json_atomic
 from harness.paths import cache_root
+from harness.results.run_validation import add_to_run
 
 DEFAULT_RULE = AbRule()
 
@@ -86,6 +87,10 @@ DEFAULT_RULE = AbRule()
 @click.option("--log", "journal", type=click.Path(path_type=Path, dir_okay=False),
               default=None, help="The journal of probes (default OUT/bisect.jsonl); an "
                                  "interrupted bisect given the same one continues from it.")
+@click.option("--record", "run_json", type=click.Path(path_type=Path, dir_okay=False,
+                                                      exists=True), default=None,
+              help="Add the result to this run.json as its `bisect` object (the run whose "
+                   "regression it explains); upload the run to show it on the service.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the result as JSON on stdout instead of the table.")
 def bisect_command(*, tree: Path, good: str, bad: str, script: str | None,
@@ -94,7 +99,7 @@ def bisect_command(*, tree: Path, good: str, bad: str, script: str | None,
                    budget_s: float | None, max_builds: int | None, judge_limit_s: float,
                    backend: str, native: bool, cmake_args: tuple[str, ...], cuda_archs: str,
                    amdgpu_targets: str, reduced: bool, out: Path, journal: Path | None,
-                   as_json: bool) -> None:
+                   run_json: Path | None, as_json: bool) -> None:
     """Find the commit between --good and --bad that made the oracle fail."""
     request = build_request(backend=backend, native=native, cmake_args=cmake_args,
                             cuda_archs=cuda_archs, amdgpu_targets=amdgpu_targets,
@@ -128,6 +133,8 @@ def bisect_command(*, tree: Path, good: str, bad: str, script: str | None,
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text(table + "\n")
     write_json_atomic(out / "result.json", result.to_json())
+    if run_json is not None:
+        add_to_run(run_json, "bisect", result.to_json(), what="its bisect")
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
     else:

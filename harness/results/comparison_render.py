@@ -75,6 +75,7 @@ def comparison_json(c: Comparison) -> dict[str, Any]:
         "figure_counts": {s.value: len(c.figures_with(s)) for s in FigureStatus},
         # As the run record holds it (every number finite, the schema saw to that).
         "ab": c.ab,
+        "bisect": c.bisect,
         "drift": [{"card": d.card, "key": asdict(d.key), "label": d.key.label(),
                    "measured": asdict(d.measured), "current": d.current,
                    "change": d.change} for d in c.drift],
@@ -150,6 +151,20 @@ def _ratio(value: float | None) -> str:
     return "—" if value is None else f"{value:.3f}"
 
 
+def _bisect_section(bisect: dict[str, Any]) -> list[str]:
+    """What ``harness bisect --record`` found for this run's regression."""
+    first_bad = bisect["first_bad"]
+    if not bisect["reproduced"]:
+        found = "the endpoints did not reproduce the regression"
+    elif first_bad is not None:
+        found = f"first bad commit `{first_bad['sha']}` {first_bad['subject']}"
+    else:
+        found = (f"one of {len(bisect['candidates'])} commits: "
+                 + ", ".join(f"`{c['sha'][:12]}`" for c in bisect["candidates"]))
+    return ["", "### Bisect", "", f"{found} (between `{bisect['good'][:12]}` and "
+            f"`{bisect['bad'][:12]}`, {len(bisect['probes'])} probes, {bisect['oracle']})."]
+
+
 def _ab_section(c: Comparison, ab: dict[str, Any]) -> list[str]:
     """The "Performance A/B" section: per metric ratio and CI, then changed counters."""
     threshold: float = ab["threshold"]
@@ -216,6 +231,8 @@ def comparison_markdown(c: Comparison) -> str:
     lines += ["", f"Figures: {', '.join(counts)}."]
     if c.ab is not None:
         lines += _ab_section(c, c.ab)
+    if c.bisect is not None:
+        lines += _bisect_section(c.bisect)
     if c.drift:
         lines += ["", f"### Drift from the card's measured figures ({len(c.drift)})", "",
                   "Reported, not judged: the decode speed left the band `harness calibrate` "

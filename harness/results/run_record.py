@@ -215,6 +215,11 @@ class RunRecord:
     #: the deterministic counters that changed), or None. Plain JSON, as the schema's
     #: ``ab`` property describes it.
     ab: dict[str, Any] | None = None
+    #: The bisect ``harness bisect --record`` added (harness/bisect/bisector.py's
+    #: record_json: endpoints, oracle, the first bad commit or the candidates, and every
+    #: probe with its verdict and evidence), or None. Plain JSON, as the schema's
+    #: ``bisect`` property describes it.
+    bisect: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         body = asdict(self)
@@ -227,6 +232,8 @@ class RunRecord:
         # had before the field existed, byte for byte.
         if self.ab is None:
             del body["ab"]
+        if self.bisect is None:
+            del body["bisect"]
         # The same for a figure without a prediction; one with a prediction adds its ratio.
         body["figures"] = tuple(_figure_json(f) for f in self.figures)
         body["schema"] = RUN_SCHEMA_VERSION

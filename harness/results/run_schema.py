@@ -106,6 +106,38 @@ _AB_SCHEMA = _object(
     })
 
 
+#: A probe's verdict in harness/bisect/search.py's Verdict, copied rather than imported
+#: (harness/bisect builds on this package); tests/test_run_schema.py holds them equal.
+BISECT_VERDICTS = ("good", "bad", "skip", "undecided")
+#: A bisect over a million commits probes about 20; a journal holds what was probed.
+_MAX_PROBES = 1000
+_SHA = {"type": "string", "pattern": "^[0-9a-f]{40}(?![\\s\\S])"}
+_COMMIT = _object(["sha", "subject"], {"sha": _SHA, "subject": _text(_TEXT_CHARS)})
+_SECONDS = {"type": "number", "minimum": 0, "maximum": _MAX_DURATION_S}
+
+#: The run record's ``bisect`` object, as harness/bisect/bisector.py's record_json writes it.
+_BISECT_SCHEMA = _object(
+    ["good", "bad", "oracle", "commits", "reproduced", "first_bad", "candidates", "probes"], {
+        "good": _SHA, "bad": _SHA,
+        "oracle": _text(_TEXT_CHARS),
+        "commits": {"type": "integer", "minimum": 2, "maximum": _MAX_INT32},
+        "reproduced": {"type": "boolean"},
+        # null while the first bad commit is not known (candidates are left).
+        "first_bad": {**_COMMIT, "type": ["object", "null"]},
+        "candidates": {"type": "array", "maxItems": _MAX_ITEMS, "items": _COMMIT},
+        "stopped": _text(_TEXT_CHARS, nullable=True),
+        "probes": {"type": "array", "maxItems": _MAX_PROBES, "items": _object(
+            ["commit", "subject", "verdict", "evidence", "build_key", "build_s", "judge_s",
+             "cache_hit"], {
+                "commit": _SHA, "subject": _text(_TEXT_CHARS),
+                "verdict": {"enum": list(BISECT_VERDICTS)},
+                "evidence": _text(_MESSAGE_CHARS), "build_key": _text(_NAME_CHARS),
+                "build_s": _SECONDS, "judge_s": _SECONDS,
+                "cache_hit": {"type": "boolean"},
+            })},
+    })
+
+
 #: ``run.json`` as :meth:`RunRecord.to_json` writes it. A field added later is optional
 #: here (older runs lack it) and is read in harness/results/run_validation.py.
 RUN_SCHEMA: dict[str, Any] = {
@@ -178,6 +210,7 @@ RUN_SCHEMA: dict[str, Any] = {
                        "propertyNames": _text(_NAME_CHARS),
                        "additionalProperties": _text(_TEST_ID_CHARS)},
             "ab": _AB_SCHEMA,
+            "bisect": _BISECT_SCHEMA,
         }),
 }
 

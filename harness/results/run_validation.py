@@ -13,11 +13,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, cast
 
 from jsonschema import Draft202012Validator, validators
 
 from harness.errors import HarnessError
+from harness.files import write_json_atomic
 from harness.results.json_hazards import load_json, nested_too_deep, unrepresentable
 from harness.results.run_record import (
     BuildRef,
@@ -129,7 +131,27 @@ def _build(body: Mapping[str, Any]) -> RunRecord:
                       for f in body.get("figures", ())),
         labels=dict(body.get("labels", {})),
         ab=_ab(body["ab"]) if "ab" in body else None,
+        bisect=_bisect(body["bisect"]) if "bisect" in body else None,
     )
+
+
+def _commit(commit: Mapping[str, Any] | None) -> dict[str, str] | None:
+    return None if commit is None else {"sha": commit["sha"], "subject": commit["subject"]}
+
+
+def _bisect(bisect: Mapping[str, Any]) -> dict[str, Any]:
+    """A fresh copy of an accepted ``bisect`` object, its seconds floats."""
+    return {
+        "good": bisect["good"], "bad": bisect["bad"], "oracle": bisect["oracle"],
+        "commits": bisect["commits"], "reproduced": bisect["reproduced"],
+        "first_bad": _commit(bisect["first_bad"]),
+        "candidates": [_commit(c) for c in bisect["candidates"]],
+        "stopped": bisect.get("stopped"),
+        "probes": [{**{k: p[k] for k in ("commit", "subject", "verdict", "evidence",
+                                         "build_key", "cache_hit")},
+                    "build_s": float(p["build_s"]), "judge_s": float(p["judge_s"])}
+                   for p in bisect["probes"]],
+    }
 
 
 def _ab(ab: Mapping[str, Any]) -> dict[str, Any]:
@@ -144,6 +166,16 @@ def _ab(ab: Mapping[str, Any]) -> dict[str, Any]:
         "counter_changes": [{"name": c["name"], "baseline": c["baseline"],
                              "candidate": c["candidate"]} for c in ab["counter_changes"]],
     }
+
+
+def add_to_run(run_json: Path, key: str, value: dict[str, Any], *, what: str) -> None:
+    """Add ``value`` as ``key`` of the run record at ``run_json`` (an A/B result, a
+    bisect), through the run.json schema both ways: a file that is not a run record, or
+    a value the schema refuses, is an error and the file is left as it was."""
+    body = parse_run_json(run_json.read_bytes(), source=str(run_json)).to_json()
+    body[key] = value
+    parse_run_json(json.dumps(body), source=f"{run_json} with {what}")
+    write_json_atomic(run_json, body)
 
 
 # -- the schema's validator ------------------------------------------------------------

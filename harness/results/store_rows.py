@@ -70,6 +70,7 @@ def run_row(run: RunRecord) -> dict[str, Any]:
         "hardware": _dumps(asdict(run.hardware)), "build": _dumps(asdict(run.build)),
         "harness_version": run.harness_version, "labels": _dumps(run.labels),
         "ab": None if run.ab is None else _dumps(run.ab), "checked": True,
+        "bisect": None if run.bisect is None else _dumps(run.bisect),
     }
 
 
@@ -187,11 +188,12 @@ def run_json(row: RowMapping, outcomes: Sequence[dict[str, Any]],
     """
     # A run without an A/B result has no ``ab`` key, as its run.json has none.
     ab = {} if row["ab"] is None else {"ab": json.loads(row["ab"])}
+    bisect = {} if row["bisect"] is None else {"bisect": json.loads(row["bisect"])}
     return {
         "run_id": row["run_id"], "branch": row["branch"], "commit": row["commit"],
         "started_at": row["started_at"], "finished_at": row["finished_at"],
         "hardware": json.loads(row["hardware"]), "build": json.loads(row["build"]),
         "harness_version": row["harness_version"],
         "outcomes": list(outcomes), "figures": list(figures),
-        "labels": json.loads(row["labels"]), **ab,
+        "labels": json.loads(row["labels"]), **ab, **bisect,
     }

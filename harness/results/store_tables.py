@@ -43,7 +43,8 @@ log = logging.getLogger(__name__)
 #: 1: runs, outcomes, figures. 2: reports. 3: runs.ab. 4: figures.predicted.
 #: 5: runs.checked, listing indexes per branch, hardware and both, and figures by run and
 #: metric. 6: reports.claimed_by and reports.lease_ns (report jobs claimed by replicas).
-STORE_SCHEMA_VERSION = 6
+#: 7: runs.bisect.
+STORE_SCHEMA_VERSION = 7
 
 #: Arbitrary constant naming the advisory lock that serialises schema creation.
 _PG_SCHEMA_LOCK = 0x6C6C616D  # "llam"
@@ -96,6 +97,8 @@ runs = Table(
     # The run's A/B result as JSON text, NULL for a run without one. Text, not a column
     # per value: nothing queries inside it, and it reads back through the schema whole.
     Column("ab", Text, nullable=True),
+    # The run's bisect (harness bisect --record), as JSON text; NULL for a run without one.
+    Column("bisect", Text, nullable=True),
     # True: add_run checked the run against the run.json schema before writing it, so it
     # reads back without being checked again. NULL: written by a harness before store
     # schema 5, whose rows may predate that check (schema 1 took NaN); those are checked
@@ -223,6 +226,11 @@ def _add_report_claims(conn: Connection) -> None:
             conn.execute(text(f"ALTER TABLE reports ADD COLUMN {name} {kind}"))
 
 
+def _add_bisect(conn: Connection) -> None:
+    """6 -> 7: runs.bisect, NULL for every run already stored (none had a bisect)."""
+    conn.execute(text("ALTER TABLE runs ADD COLUMN bisect TEXT"))
+
+
 #: Step n brings a store at schema n to n + 1, inside create_schema's transaction.
 _MIGRATIONS = {1: _add_reports, 2: _add_ab, 3: _add_predicted,
-               4: _add_checked_and_listing_indexes, 5: _add_report_claims}
+               4: _add_checked_and_listing_indexes, 5: _add_report_claims, 6: _add_bisect}

@@ -76,6 +76,37 @@ class IndexRow:
     latest: str
 
 
+@dataclass(frozen=True)
+class BisectNote:
+    """A run's bisect (``harness bisect --record``), beside the regression it explains."""
+
+    run_id: str
+    started_at: str
+    #: "first bad commit <sha> <subject>", or the candidates, or "not reproduced".
+    finding: str
+    oracle: str
+
+
+def bisect_notes(runs_newest_first: Sequence[RunRecord]) -> tuple[BisectNote, ...]:
+    """The runs that carry a bisect, newest first, each in one line (pure)."""
+    notes = []
+    for run in runs_newest_first:
+        found = run.bisect
+        if found is None:
+            continue
+        first_bad, candidates = found.get("first_bad"), found.get("candidates") or []
+        if not found.get("reproduced"):
+            finding = "not reproduced: the endpoints judged alike"
+        elif isinstance(first_bad, dict):
+            finding = f"first bad commit {first_bad['sha']} {first_bad['subject']}"
+        else:
+            finding = (f"one of {len(candidates)} commits: "
+                       + ", ".join(str(c["sha"])[:12] for c in candidates[:8])
+                       + (" …" if len(candidates) > 8 else ""))
+        notes.append(BisectNote(run.run_id, run.started_at, finding, str(found["oracle"])))
+    return tuple(notes)
+
+
 #: The statuses "changed only" keeps a series for.
 _CHANGES = frozenset({FigureStatus.REGRESSED, FigureStatus.IMPROVED})
 

@@ -85,6 +85,11 @@ def render_page(model: DashboardModel, shown: Paged[DashboardSeries],
              "gate's history rule lets pass against the runs before it, ▼/▲ the regressions "
              "and improvements it found, the dashed line the predicted decode speed, and A/B "
              "verdicts are written at their runs.</p>"]
+    if model.bisects:
+        parts.append("<section id=\"bisects\"><h2>Bisects</h2><ul>" + "".join(
+            f"<li>run <code>{_e(note.run_id)}</code> ({_e(note.started_at)}): "
+            f"{_e(note.finding)} <small>({_e(note.oracle)})</small></li>"
+            for note in model.bisects) + "</ul></section>")
     if not model.series:
         parts.append("<p>No figures stored for this branch on this hardware yet.</p>")
         return _page(title, "".join(parts))

@@ -20,7 +20,12 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from harness.results.run_record import RunRecord
-from harness.service.dashboard import DashboardSeries, dashboard_series
+from harness.service.dashboard import (
+    BisectNote,
+    DashboardSeries,
+    bisect_notes,
+    dashboard_series,
+)
 
 #: Series on one page: a screenful of plots the browser fetches in a second or two.
 PAGE_SIZE = 50
@@ -55,6 +60,8 @@ class DashboardModel:
     by_id: Mapping[str, DashboardSeries] = field(compare=False)
     fixtures: tuple[str, ...]
     metrics: tuple[str, ...]
+    #: The shown runs that carry a bisect, newest first.
+    bisects: tuple[BisectNote, ...] = ()
 
     @property
     def weight(self) -> int:
@@ -71,7 +78,8 @@ def build_model(branch: str, hardware: str, limit: int, version: str,
         runs=len(runs_newest_first), series=series,
         by_id={s.ident: s for s in series},
         fixtures=tuple(sorted({s.key.fixture for s in series})),
-        metrics=tuple(sorted({s.metric.name for s in series})))
+        metrics=tuple(sorted({s.metric.name for s in series})),
+        bisects=bisect_notes(runs_newest_first))
 
 
 @dataclass(frozen=True)
