@@ -84,11 +84,16 @@ def test_a_bisect_skips_the_broken_build_and_names_the_commit_that_dropped_the_f
     run_json = tmp_path / "run.json"
     run_json.write_text(json.dumps(make_run("night-7").to_json()))
     done = _bisect(tmp_path, tree, "--good", shas[0], "--bad", "main", "--script", ORACLE,
-                   "--json", "--record", str(run_json))
+                   "--json", "--record", str(run_json), "--allure-results",
+                   str(tmp_path / "allure"))
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     # The run whose regression it explains carries it, through the run.json schema.
     assert parse_run_json(run_json.read_bytes()).bisect == result
+    # ... and its Allure results hold it as one result, passed: it explains the regression.
+    allure = [json.loads(f.read_text()) for f in (tmp_path / "allure").glob("*-result.json")]
+    assert [(a["name"], a["status"]) for a in allure] == [("bisect", "passed")]
+    assert allure[0]["statusDetails"]["message"].startswith(f"first bad commit: {shas[4]}")
     assert result["first_bad"] == {"sha": shas[4], "subject": "server: drop --ubatch-size"}
     said = {p["commit"]: p for p in result["probes"]}
     # Endpoints, the middle (its build is broken: skipped), its neighbour, the culprit.

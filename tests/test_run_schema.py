@@ -534,7 +534,9 @@ _BISECT = st.fixed_dictionaries({
     "probes": st.lists(st.fixed_dictionaries({
         "commit": _SHAS, "subject": _TEXT, "verdict": st.sampled_from(BISECT_VERDICTS),
         "evidence": _TEXT, "build_key": _TEXT, "build_s": _SECONDS, "judge_s": _SECONDS,
-        "cache_hit": st.booleans()}), max_size=3),
+        "cache_hit": st.booleans()}, optional={
+            name: st.floats(min_value=1e-6, max_value=1e6)
+            for name in ("ratio", "ci_low", "ci_high")}), max_size=3),
 })
 _RUNS = st.builds(
     RunRecord,

@@ -16,12 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.bisect.history import Commit, commits_between, export
+from harness.bisect.history import Commit
 from harness.bisect.journal import Header, Journal, Probe
 from harness.bisect.oracles import Oracle, ProbeContext
+from harness.bisect.ranges import CommitRange
 from harness.bisect.search import Verdict, Window, next_probe, window
 from harness.builds.native import BuildResult, build_server
 from harness.errors import BuildError, ConfigError
+from harness.facts.commit_ids import short_commit
 from harness.planning.build_plan import BuildRequest
 
 #: Exit codes: the first bad commit is known; a range of candidates is left (skipped
@@ -39,16 +41,21 @@ class Limits:
 
 @dataclass(frozen=True)
 class BisectSettings:
-    tree: Path
-    good: Commit
-    bad: Commit
+    range: CommitRange
     oracle: Oracle
     request: BuildRequest
     cache: Path
     out: Path
     journal: Path
-    first_parent: bool = False
     limits: Limits = Limits()
+
+    @property
+    def good(self) -> Commit:
+        return self.range.good
+
+    @property
+    def bad(self) -> Commit:
+        return self.range.bad
 
 
 @dataclass(frozen=True)
@@ -101,12 +108,11 @@ def bisect(settings: BisectSettings, *, report: ProbeReport = lambda probe, stat
            starting: ProbeStart = lambda commit: None) -> BisectResult:
     """Run the bisect ``settings`` describe, resuming from its journal; ``starting`` and
     ``report`` hear of each probe before it is built and once it is judged."""
-    history = tuple(commits_between(settings.tree, settings.good, settings.bad,
-                                    first_parent=settings.first_parent))
+    history = tuple(settings.range.commits())
     journal = Journal(settings.journal, Header(
-        tree=str(settings.tree), good=settings.good.sha, bad=settings.bad.sha,
+        tree=settings.range.describe(), good=settings.good.sha, bad=settings.bad.sha,
         oracle=settings.oracle.describe(), build=build_description(settings.request),
-        first_parent=settings.first_parent))
+        first_parent=settings.range.first_parent))
     by_commit = {c.sha: c for c in history}
     if any(p.commit not in by_commit for p in journal.probes):
         raise ConfigError(f"{settings.journal} holds probes of commits outside this range: "
@@ -173,8 +179,9 @@ def build_failure(message: str) -> str:
 
 
 def _build(settings: BisectSettings, commit: Commit) -> BuildResult:
-    return build_server(settings.cache, export(settings.tree, commit, settings.cache),
-                        settings.request)
+    source = settings.range.source(commit, settings.cache)
+    return build_server(settings.cache, source, settings.range.request(settings.request,
+                                                                       source))
 
 
 def _probe(settings: BisectSettings, commit: Commit) -> Probe:
@@ -186,10 +193,11 @@ def _probe(settings: BisectSettings, commit: Commit) -> Probe:
                      evidence=build_failure(str(exc)), build_key="",
                      build_s=time.monotonic() - started, judge_s=0.0, cache_hit=False)
     build_s = time.monotonic() - started
-    context = ProbeContext(folder=settings.out / "probes" / commit.sha[:12],
+    context = ProbeContext(folder=settings.out / "probes" / short_commit(commit.sha),
                            good=settings.good, bad=settings.bad,
                            build_of=lambda endpoint: _build(settings, endpoint))
     judgement = settings.oracle.judge(build, commit, context)
     return Probe(commit=commit.sha, subject=commit.subject, verdict=judgement.verdict,
                  evidence=judgement.evidence, build_key=build.info.key, build_s=build_s,
-                 judge_s=judgement.seconds, cache_hit=build.cache_hit)
+                 judge_s=judgement.seconds, cache_hit=build.cache_hit,
+                 ratio=judgement.ratio)

@@ -20,6 +20,7 @@ from pathlib import Path
 from harness.bounded import bounded_lock
 from harness.builds.source import SourceTree, hash_tree
 from harness.errors import ConfigError, SourceError
+from harness.facts.commit_ids import short_commit
 
 #: git's answers are local and quick; this bounds a wedged repository.
 GIT_LIMIT_S = 120.0
@@ -75,16 +76,18 @@ def commits_between(tree: Path, good: Commit, bad: Commit, *,
     try:
         _git(tree, "merge-base", "--is-ancestor", good.sha, bad.sha)
     except SourceError as exc:
-        raise ConfigError(f"the good commit {good.sha[:12]} is not an ancestor of the bad "
-                          f"commit {bad.sha[:12]} in {tree}: a bisect searches the commits "
-                          "from one to the other; swap them or pick other endpoints") from exc
+        raise ConfigError(f"the good commit {short_commit(good.sha)} is not an ancestor of "
+                          f"the bad commit {short_commit(bad.sha)} in {tree}: a bisect "
+                          "searches the commits from one to the other; swap them or pick "
+                          "other endpoints") from exc
     walk = ["--first-parent"] if first_parent else ["--ancestry-path"]
     listed = _git(tree, "log", "--reverse", "--topo-order", "--format=%H%x00%s", *walk,
                   f"{good.sha}..{bad.sha}")
     middle = [Commit(*line.split("\0", 1)) for line in listed.splitlines() if line]
     if not middle or middle[-1].sha != bad.sha:
-        raise ConfigError(f"git lists no path from {good.sha[:12]} to {bad.sha[:12]} in "
-                          f"{tree}{' with --first-parent' if first_parent else ''}")
+        how = " with --first-parent" if first_parent else ""
+        raise ConfigError(f"git lists no path from {short_commit(good.sha)} to "
+                          f"{short_commit(bad.sha)} in {tree}{how}")
     return [good, *middle]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -19,11 +20,13 @@ from typing import Any
 
 from harness.bisect.search import Verdict
 from harness.errors import ConfigError
+from harness.facts.commit_ids import short_commit
 
 #: A journal larger than this is not one the harness wrote (a probe is a few hundred
 #: bytes; a bisect over a million commits is ~20 probes).
 MAX_JOURNAL_BYTES = 16 * 1024 * 1024
-_SHA_CHARS = frozenset("0123456789abcdef")
+#: harness/results/run_schema.py's commit id pattern, in Python's words.
+_COMMIT_ID = re.compile(r"[0-9a-f]{40}|release:[0-9]{1,9}")
 
 
 @dataclass(frozen=True)
@@ -48,14 +51,22 @@ class Probe:
     judge_s: float
     #: The build came from the cache (the gate, the nightly or an earlier bisect made it).
     cache_hit: bool
+    #: A measured probe (--metric): its ratio to the good build with the interval's
+    #: ends (ratio, low, high); None for the other oracles.
+    ratio: tuple[float, float, float] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "verdict": self.verdict.value}
+        body = {**asdict(self), "verdict": self.verdict.value}
+        del body["ratio"]
+        if self.ratio is not None:
+            body["ratio"], body["ci_low"], body["ci_high"] = self.ratio
+        return body
 
 
 def _check_sha(value: object, where: str) -> str:
-    if not isinstance(value, str) or len(value) != 40 or not set(value) <= _SHA_CHARS:
-        raise ValueError(f"{where} is not a 40-digit commit id")
+    """A git commit id (40 hex digits) or a published release (``release:<N>``)."""
+    if not isinstance(value, str) or not _COMMIT_ID.fullmatch(value):
+        raise ValueError(f"{where} is not a 40-digit commit id or release:<number>")
     return value
 
 
@@ -90,7 +101,18 @@ def _probe(row: Mapping[str, Any]) -> Probe:
                  subject=_field(row, "subject", str), verdict=verdict,
                  evidence=_field(row, "evidence", str), build_key=_field(row, "build_key", str),
                  build_s=_number(row, "build_s"), judge_s=_number(row, "judge_s"),
-                 cache_hit=_field(row, "cache_hit", bool))
+                 cache_hit=_field(row, "cache_hit", bool), ratio=_ratio(row))
+
+
+def _ratio(row: Mapping[str, Any]) -> tuple[float, float, float] | None:
+    if "ratio" not in row:
+        return None
+    values = tuple(row.get(name) for name in ("ratio", "ci_low", "ci_high"))
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < 1e6
+               for v in values):
+        raise ValueError("ratio, ci_low and ci_high are not three positive numbers")
+    low, high = float(values[1]), float(values[2])  # type: ignore[arg-type]
+    return float(values[0]), low, high  # type: ignore[arg-type]
 
 
 def read_journal(path: Path) -> tuple[Header, list[Probe]] | None:
@@ -151,7 +173,7 @@ class Journal:
 
 
 def _describe(header: Header) -> str:
-    return (f"good {header.good[:12]}, bad {header.bad[:12]}, {header.oracle}"
+    return (f"good {short_commit(header.good)}, bad {short_commit(header.bad)}, {header.oracle}"
             f"{', first parent' if header.first_parent else ''}, build {header.build}")
 
 

@@ -67,6 +67,11 @@ def describe_decision(against: str, decision: MetricDecision) -> str:
             f"{decision.pairs} pairs")
 
 
+def _ratio(decision: MetricDecision) -> tuple[float, float, float] | None:
+    interval = decision.interval
+    return None if interval is None else (interval.ratio, interval.low, interval.high)
+
+
 def verdict_of(against_good: MetricDecision, against_bad: MetricDecision | None) -> Verdict:
     """A middle probe's verdict from its comparisons (pure): see the module's doc."""
     if against_good.verdict is AbVerdict.REGRESSED:
@@ -104,15 +109,16 @@ class MetricOracle:
         good = context.build_of(context.good)
         budget = self.settings.rule.budget_s
         if commit == context.bad:
-            against_good = self._compare(good, build, context.folder / "vs-good", budget)
-            verdict = (Verdict.BAD if against_good.verdict is AbVerdict.REGRESSED
-                       else Verdict.GOOD if against_good.verdict is not AbVerdict.UNKNOWN
+            endpoint = self._compare(good, build, context.folder / "vs-good", budget)
+            verdict = (Verdict.BAD if endpoint.verdict is AbVerdict.REGRESSED
+                       else Verdict.GOOD if endpoint.verdict is not AbVerdict.UNKNOWN
                        else Verdict.UNDECIDED)
-            return Judgement(verdict, describe_decision("good", against_good),
-                             time.monotonic() - started)
+            return Judgement(verdict, describe_decision("good", endpoint),
+                             time.monotonic() - started, _ratio(endpoint))
         bad = context.build_of(context.bad)
         said: list[str] = []
         verdict = Verdict.UNDECIDED
+        against_good: MetricDecision | None = None
         left, round_s, round_number = budget, min(FIRST_ROUND_S, budget / 2), 1
         while left > 0:
             folder = context.folder / f"round-{round_number}"
@@ -128,7 +134,8 @@ class MetricOracle:
             left -= 2 * round_s
             round_s, round_number = min(2 * round_s, left / 2), round_number + 1
         rounds = f" (round {round_number})" if round_number > 1 else ""
-        return Judgement(verdict, "; ".join(said) + rounds, time.monotonic() - started)
+        return Judgement(verdict, "; ".join(said) + rounds, time.monotonic() - started,
+                         None if against_good is None else _ratio(against_good))
 
     def _compare(self, baseline: BuildResult, probe: BuildResult, logs: Path,
                  budget_s: float) -> MetricDecision:

@@ -20,6 +20,7 @@ from harness.bisect.search import Verdict
 from harness.bounded import run_step
 from harness.builds.native import BuildResult
 from harness.errors import ConfigError, HarnessError
+from harness.facts.commit_ids import short_commit
 from harness.paths import SUITES_NODEID_PREFIX, SUITES_ROOTDIR, suites_pytest_config
 from harness.plugin.recording.run_file import new_run_id
 from harness.results.run_record import Outcome, TestOutcome
@@ -47,6 +48,8 @@ class Judgement:
     #: output lines.
     evidence: str
     seconds: float = 0.0
+    #: A measured probe's ratio to the good build and its interval (ratio, low, high).
+    ratio: tuple[float, float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -159,7 +162,7 @@ class TestOracle:
                      env={**os.environ, "HARNESS_RUN_ID": new_run_id(),
                           **probe_environment(build, commit)})
         if not record.is_file():
-            raise JudgeError(f"pytest wrote no run record for {commit.sha[:12]}; its "
+            raise JudgeError(f"pytest wrote no run record for {short_commit(commit.sha)}; its "
                              f"output is in {log}")
         return parse_run_json(record.read_bytes(), source=str(record)).outcomes
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from harness.bisect.bisector import BisectResult
 from harness.bisect.journal import Probe
 from harness.bisect.search import probes_left
+from harness.facts.commit_ids import short_commit
 
 _SUBJECT_WIDTH = 48
 _EVIDENCE_WIDTH = 90
@@ -17,7 +18,7 @@ def _clip(text: str, width: int) -> str:
 def progress_line(probe: Probe, state: BisectResult) -> str:
     """One line after each probe: what it was, what it said, what is left."""
     build = "cache hit" if probe.cache_hit else f"built in {probe.build_s:.0f} s"
-    line = (f"{probe.commit[:12]} {probe.verdict.value:<4} ({build}, judged in "
+    line = (f"{short_commit(probe.commit)} {probe.verdict.value:<4} ({build}, judged in "
             f"{probe.judge_s:.0f} s) {_clip(probe.subject, _SUBJECT_WIDTH)}")
     if state.window is not None:
         shas = [c.sha for c in state.history]
@@ -37,7 +38,8 @@ def render_table(result: BisectResult) -> str:
     for probe in result.probes:
         mark = " **first bad**" if probe.commit == culprit else ""
         build_s = "hit" if probe.cache_hit else f"{probe.build_s:.0f}"
-        rows.append(f"| {probe.commit[:12]}{mark} | {_clip(probe.subject, _SUBJECT_WIDTH)} | "
+        subject = _clip(probe.subject, _SUBJECT_WIDTH)
+        rows.append(f"| {short_commit(probe.commit)}{mark} | {subject} | "
                     f"{probe.verdict.value} | {_clip(probe.evidence, _EVIDENCE_WIDTH)} | "
                     f"{probe.build_key or '-'} | {build_s} | {probe.judge_s:.0f} |")
     return "\n".join([*rows, "", answer(result)])
@@ -53,7 +55,7 @@ def answer(result: BisectResult) -> str:
         for commit, wanted in ((good, "good"), (bad, "bad")):
             probe = said.get(commit.sha)
             if probe is not None and probe.verdict.value != wanted:
-                parts.append(f"the {wanted} endpoint {commit.sha[:12]} judged "
+                parts.append(f"the {wanted} endpoint {short_commit(commit.sha)} judged "
                              f"{probe.verdict.value} ({probe.evidence})")
         return ("not reproduced: " + "; ".join(parts) +
                 ". No bisect was run: check the endpoints and the oracle.")

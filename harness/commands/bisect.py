@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -18,8 +20,8 @@ from rich.markup import escape
 from harness.ab.decision import AbRule
 from harness.ab.design import DESIGNS
 from harness.ab.runner import AB_METRICS
-from harness.bisect.bisector import BisectSettings, Limits, bisect
-from harness.bisect.history import resolve
+from harness.bisect.bisector import FOUND, BisectResult, BisectSettings, Limits, bisect
+from harness.bisect.history import Commit, resolve
 from harness.bisect.metric_oracle import AUTO, MetricOracle, metric_settings
 from harness.bisect.oracles import (
     DEFAULT_JUDGE_LIMIT_S,
@@ -28,24 +30,37 @@ from harness.bisect.oracles import (
     TestOracle,
     check_test_ids,
 )
+from harness.bisect.ranges import (
+    CommitRange,
+    GitRange,
+    ReleaseRange,
+    parse_release_ref,
+    release_of,
+)
 from harness.bisect.table import progress_line, render_table
 from harness.commands._build_options import build_options, build_request
 from harness.commands._progress import console
 from harness.errors import ConfigError
+from harness.facts.commit_ids import short_commit
 from harness.files import write_json_atomic
 from harness.paths import cache_root
+from harness.releases.release_source import available_releases
 from harness.results.run_validation import add_to_run
 
 DEFAULT_RULE = AbRule()
 
 
 @click.command("bisect")
-@click.option("--source", "tree", required=True,
+@click.option("--source", "tree", default=None,
               type=click.Path(path_type=Path, file_okay=False, exists=True),
-              help="The llama.cpp git tree (a checkout or a fork) whose history is searched.")
+              help="The llama.cpp git tree (a checkout or a fork) whose history is searched; "
+                   "with release endpoints, where the search goes on inside the first bad "
+                   "release (its tags bNNNN).")
 @click.option("--good", required=True, metavar="REF",
-              help="A commit (branch, tag, id) the oracle judges good; an ancestor of --bad.")
-@click.option("--bad", required=True, metavar="REF", help="A commit the oracle judges bad.")
+              help="A commit (branch, tag, id) the oracle judges good, an ancestor of --bad; "
+                   "or release:N, a published llama.cpp release.")
+@click.option("--bad", required=True, metavar="REF",
+              help="A commit (or release:N) the oracle judges bad.")
 @click.option("--script", default=None, metavar="CMD",
               help="Oracle: a shell command, given the probed build in "
                    "HARNESS_BISECT_BINARY and HARNESS_BISECT_BUILD_JSON; exit 0 good, 125 "
@@ -91,15 +106,20 @@ DEFAULT_RULE = AbRule()
                                                       exists=True), default=None,
               help="Add the result to this run.json as its `bisect` object (the run whose "
                    "regression it explains); upload the run to show it on the service.")
+@click.option("--allure-results", type=click.Path(path_type=Path, file_okay=False),
+              default=None, help="Add the bisect to this allure-results folder: one result "
+                                 "with the table and a plot of the probes, the first bad "
+                                 "commit marked.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the result as JSON on stdout instead of the table.")
-def bisect_command(*, tree: Path, good: str, bad: str, script: str | None,
+def bisect_command(*, tree: Path | None, good: str, bad: str, script: str | None,
                    tests: tuple[str, ...], metric: str | None, fixture: str, threshold: float,
                    ab_budget_s: float, design: str, reruns: int, first_parent: bool,
                    budget_s: float | None, max_builds: int | None, judge_limit_s: float,
                    backend: str, native: bool, cmake_args: tuple[str, ...], cuda_archs: str,
                    amdgpu_targets: str, reduced: bool, out: Path, journal: Path | None,
-                   run_json: Path | None, as_json: bool) -> None:
+                   run_json: Path | None, allure_results: Path | None,
+                   as_json: bool) -> None:
     """Find the commit between --good and --bad that made the oracle fail."""
     request = build_request(backend=backend, native=native, cmake_args=cmake_args,
                             cuda_archs=cuda_archs, amdgpu_targets=amdgpu_targets,
@@ -114,32 +134,81 @@ def bisect_command(*, tree: Path, good: str, bad: str, script: str | None,
             design=design, backend=request.backend))
     else:
         oracle = _oracle(script, tests, reruns, judge_limit_s)
-    tree = tree.absolute()
+    started = time.monotonic()
     out = out.absolute()
-    settings = BisectSettings(
-        tree=tree, good=resolve(tree, good), bad=resolve(tree, bad), oracle=oracle,
-        request=request, cache=cache_root(), out=out,
-        journal=(journal or out / "bisect.jsonl").absolute(), first_parent=first_parent,
-        limits=Limits(budget_s=budget_s, max_builds=max_builds))
-    console.print(f"[bold]bisect[/] {settings.good.sha[:12]}..{settings.bad.sha[:12]} "
-                  f"{escape(oracle.describe())}; journal {settings.journal}", soft_wrap=True)
-    result = bisect(
-        settings,
-        starting=lambda commit: console.print(
-            f"[dim]probing {commit.sha[:12]} {escape(commit.subject)}[/]", soft_wrap=True),
-        report=lambda probe, state: console.print(escape(progress_line(probe, state)),
-                                                  soft_wrap=True))
-    table = render_table(result)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "table.md").write_text(table + "\n")
-    write_json_atomic(out / "result.json", result.to_json())
+    journal = (journal or out / "bisect.jsonl").absolute()
+    span = _range(tree, good, bad, first_parent)
+    settings = BisectSettings(range=span, oracle=oracle, request=request,
+                              cache=cache_root(), out=out, journal=journal,
+                              limits=Limits(budget_s=budget_s, max_builds=max_builds))
+    result = _run(settings, out / "result.json", out / "table.md")
+    found = result.window.culprit if result.window is not None else None
+    if isinstance(span, ReleaseRange) and tree is not None and found is not None \
+            and result.exit_code == FOUND:
+        # The first bad release is known: go on inside it, commit by commit.
+        last_good, first_bad = result.history[found - 1], result.history[found]
+        inside = GitRange(tree.absolute(), _release_tag(tree, last_good),
+                          _release_tag(tree, first_bad), first_parent)
+        console.print(f"[bold]first bad release[/] {escape(first_bad.subject)}; continuing "
+                      f"inside it in {tree}", soft_wrap=True)
+        result = _run(replace(settings, range=inside,
+                              journal=journal.with_name(f"{journal.stem}-git.jsonl")),
+                      out / "result-git.json", out / "table-git.md")
     if run_json is not None:
         add_to_run(run_json, "bisect", result.to_json(), what="its bisect")
+    if allure_results is not None:
+        # Imported here: matplotlib is slow to import, and only this needs it.
+        from harness.bisect.allure_result import write_allure_result  # noqa: PLC0415
+
+        write_allure_result(result, allure_results, time.monotonic() - started)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
     else:
-        click.echo(table)
+        click.echo(render_table(result))
     sys.exit(result.exit_code)
+
+
+def _range(tree: Path | None, good: str, bad: str, first_parent: bool) -> CommitRange:
+    """Published releases when both endpoints name one, else commits of ``tree``."""
+    releases = parse_release_ref(good), parse_release_ref(bad)
+    if releases[0] is not None and releases[1] is not None:
+        return ReleaseRange.between(releases[0], releases[1], available_releases())
+    if releases != (None, None):
+        raise click.UsageError("--good and --bad name two releases (release:N) or two git "
+                               "refs, not one of each")
+    if tree is None:
+        raise click.UsageError("--source GIT_TREE is needed for git refs; without a tree, "
+                               "name published releases: --good release:N --bad release:M")
+    tree = tree.absolute()
+    return GitRange(tree, resolve(tree, good), resolve(tree, bad), first_parent)
+
+
+def _release_tag(tree: Path, release: Commit) -> Commit:
+    number = release_of(release)
+    try:
+        return resolve(tree, f"b{number}")
+    except ConfigError as exc:
+        raise ConfigError(f"{tree} has no tag b{number} for {release.subject}: fetch "
+                          "llama.cpp's tags (git fetch --tags) to go on inside the first "
+                          "bad release, or run without --source") from exc
+
+
+def _run(settings: BisectSettings, result_json: Path, table_md: Path) -> BisectResult:
+    span = f"{short_commit(settings.good.sha)}..{short_commit(settings.bad.sha)}"
+    console.print(f"[bold]bisect[/] {span} "
+                  f"({escape(settings.range.describe())}) "
+                  f"{escape(settings.oracle.describe())}; journal {settings.journal}",
+                  soft_wrap=True)
+    result = bisect(
+        settings,
+        starting=lambda commit: console.print(
+            f"[dim]probing {short_commit(commit.sha)} {escape(commit.subject)}[/]", soft_wrap=True),
+        report=lambda probe, state: console.print(escape(progress_line(probe, state)),
+                                                  soft_wrap=True))
+    result_json.parent.mkdir(parents=True, exist_ok=True)
+    table_md.write_text(render_table(result) + "\n")
+    write_json_atomic(result_json, result.to_json())
+    return result
 
 
 def _oracle(script: str | None, tests: tuple[str, ...], reruns: int,

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from harness.facts.commit_ids import short_commit
 from harness.results.comparison import Comparison, FigureResult, TestChange
 from harness.results.rules import AbVerdict, FigureStatus
 from harness.results.run_record import Outcome, metric_unit
@@ -160,9 +161,10 @@ def _bisect_section(bisect: dict[str, Any]) -> list[str]:
         found = f"first bad commit `{first_bad['sha']}` {first_bad['subject']}"
     else:
         found = (f"one of {len(bisect['candidates'])} commits: "
-                 + ", ".join(f"`{c['sha'][:12]}`" for c in bisect["candidates"]))
-    return ["", "### Bisect", "", f"{found} (between `{bisect['good'][:12]}` and "
-            f"`{bisect['bad'][:12]}`, {len(bisect['probes'])} probes, {bisect['oracle']})."]
+                 + ", ".join(f"`{short_commit(c['sha'])}`" for c in bisect["candidates"]))
+    return ["", "### Bisect", "", f"{found} (between `{short_commit(bisect['good'])}` and "
+            f"`{short_commit(bisect['bad'])}`, {len(bisect['probes'])} probes, "
+            f"{bisect['oracle']})."]
 
 
 def _ab_section(c: Comparison, ab: dict[str, Any]) -> list[str]:

@@ -28,9 +28,11 @@ NO_NUL = "^[^\\x00]*$"
 # harness/service/layout.py's _RUN_ID: the id names the run's directory on the service.
 # (?![\s\S]) rather than $, which in Python also matches before a final newline.
 _RUN_ID = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}(?![\\s\\S])"
+_COMMIT_ID = "^([0-9a-f]{40}|release:[0-9]{1,9})(?![\\s\\S])"
 #: What each pattern asks for, in words, for messages.
 PATTERN_WORDS = {
     NO_NUL: "text without NUL characters",
+    _COMMIT_ID: "a 40-digit git commit id or release:<number>",
     _RUN_ID: "1-128 letters, digits, '.', '-' or '_', starting with a letter or digit",
 }
 
@@ -111,9 +113,11 @@ _AB_SCHEMA = _object(
 BISECT_VERDICTS = ("good", "bad", "skip", "undecided")
 #: A bisect over a million commits probes about 20; a journal holds what was probed.
 _MAX_PROBES = 1000
-_SHA = {"type": "string", "pattern": "^[0-9a-f]{40}(?![\\s\\S])"}
+# A git commit, or a published release where a bisect ran over releases (release:<N>).
+_SHA = {"type": "string", "pattern": _COMMIT_ID}
 _COMMIT = _object(["sha", "subject"], {"sha": _SHA, "subject": _text(_TEXT_CHARS)})
 _SECONDS = {"type": "number", "minimum": 0, "maximum": _MAX_DURATION_S}
+_BISECT_RATIO = {"type": "number", "exclusiveMinimum": 0, "maximum": 1e6}
 
 #: The run record's ``bisect`` object, as harness/bisect/bisector.py's record_json writes it.
 _BISECT_SCHEMA = _object(
@@ -134,6 +138,9 @@ _BISECT_SCHEMA = _object(
                 "evidence": _text(_MESSAGE_CHARS), "build_key": _text(_NAME_CHARS),
                 "build_s": _SECONDS, "judge_s": _SECONDS,
                 "cache_hit": {"type": "boolean"},
+                # A measured probe (--metric): its ratio to the good build and the
+                # interval's ends; absent for the other oracles.
+                "ratio": _BISECT_RATIO, "ci_low": _BISECT_RATIO, "ci_high": _BISECT_RATIO,
             })},
     })
 

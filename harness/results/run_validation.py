@@ -149,7 +149,8 @@ def _bisect(bisect: Mapping[str, Any]) -> dict[str, Any]:
         "stopped": bisect.get("stopped"),
         "probes": [{**{k: p[k] for k in ("commit", "subject", "verdict", "evidence",
                                          "build_key", "cache_hit")},
-                    "build_s": float(p["build_s"]), "judge_s": float(p["judge_s"])}
+                    "build_s": float(p["build_s"]), "judge_s": float(p["judge_s"]),
+                    **{k: float(p[k]) for k in ("ratio", "ci_low", "ci_high") if k in p}}
                    for p in bisect["probes"]],
     }
 

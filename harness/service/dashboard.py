@@ -24,6 +24,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from harness.facts.commit_ids import short_commit
 from harness.results.noise_rule import DEFAULT_NOISE_RULE, NoiseRule, judge
 from harness.results.rules import NOISE_WINDOW, FigureStatus
 from harness.results.run_record import METRICS, FigureKey, Metric, RunRecord, figure_medians
@@ -101,7 +102,7 @@ def bisect_notes(runs_newest_first: Sequence[RunRecord]) -> tuple[BisectNote, ..
             finding = f"first bad commit {first_bad['sha']} {first_bad['subject']}"
         else:
             finding = (f"one of {len(candidates)} commits: "
-                       + ", ".join(str(c["sha"])[:12] for c in candidates[:8])
+                       + ", ".join(short_commit(str(c["sha"])) for c in candidates[:8])
                        + (" …" if len(candidates) > 8 else ""))
         notes.append(BisectNote(run.run_id, run.started_at, finding, str(found["oracle"])))
     return tuple(notes)
