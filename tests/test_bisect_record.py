@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from results_fixtures import at, fig, make_run
 
-from harness.bisect.allure_result import write_allure_result
+from harness.bisect.bisect_allure import write_allure_result
 from harness.bisect.bisector import BisectResult
 from harness.bisect.history import Commit
 from harness.bisect.journal import Probe
@@ -18,7 +18,12 @@ from harness.bisect.search import Verdict, window
 from harness.errors import HarnessError
 from harness.results.comparison import compare
 from harness.results.comparison_render import comparison_json, comparison_markdown
-from harness.results.run_validation import add_to_run, parse_run_json
+from harness.results.run_validation import (
+    RunRecordError,
+    add_to_run,
+    parse_run_json,
+    with_bisect,
+)
 from harness.service.dashboard import bisect_notes
 from harness.service.dashboard_page import render_page
 from harness.service.dashboard_view import SeriesFilter, build_model, select_page
@@ -99,3 +104,15 @@ def test_a_bisect_is_one_allure_result_with_its_plot(tmp_path: Path, ratios: boo
     assert (tmp_path / plot["source"]).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     table = next(a for a in body["attachments"] if a["type"] == "text/markdown")
     assert "| cccccccccccc | commit c | bad |" in (tmp_path / table["source"]).read_text()
+
+
+@pytest.mark.parametrize("tail", [
+    ', "branch": "other"', ', "ab": {"baseline": "x"}', '}, "x": {"y": 1',
+    ', "run_id": "another"', ', "bisect": {}'])
+def test_a_bisect_cannot_reach_another_field_of_the_run(tail: str) -> None:
+    run = make_run("stored")
+    assert with_bisect(run, json.dumps(BISECT).encode(), source="put").bisect == BISECT
+    with pytest.raises(RunRecordError):
+        with_bisect(run, (json.dumps(BISECT)[:-1] + tail + "}").encode(), source="put")
+    with pytest.raises(RunRecordError, match="UTF-8"):
+        with_bisect(run, b"\xff\xfe", source="put")

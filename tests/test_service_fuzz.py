@@ -273,6 +273,41 @@ def upload_bodies(data: st.DrawFn) -> Request:
                    body_valid=False)
 
 
+#: A bisect a stored run may carry (harness bisect --json).
+VALID_BISECT: dict[str, Any] = {
+    "good": "a" * 40, "bad": "b" * 40, "oracle": "script: true", "commits": 3,
+    "reproduced": True, "first_bad": {"sha": "b" * 40, "subject": "s"},
+    "candidates": [{"sha": "b" * 40, "subject": "s"}], "stopped": None,
+    "probes": [{"commit": "b" * 40, "subject": "s", "verdict": "bad", "evidence": "exit 1",
+                "build_key": "cpu-1", "build_s": 1.0, "judge_s": 0.5, "cache_hit": False}]}
+
+
+@st.composite
+def bisect_bodies(data: st.DrawFn) -> Request:
+    """PUT /api/runs/{id}/bisect: a valid bisect, one with a field replaced by any JSON
+    value, text that tries to close the object and add fields, or bytes."""
+    run_id = data(either(RUN_IDS))
+    path = f"/api/runs/{path_part(run_id)}/bisect"
+    kind = data(st.sampled_from(["valid", "mutated", "escape", "raw"]))
+    if kind == "valid":
+        return Request(path, {}, body=json.dumps(VALID_BISECT).encode(),
+                       path_valid=run_id.valid)
+    if kind == "raw":
+        return Request(path, {}, body=data(st.binary(max_size=300)), path_valid=run_id.valid,
+                       body_valid=False)
+    if kind == "escape":
+        text = json.dumps(VALID_BISECT) + data(st.sampled_from([
+            ', "branch": "other"', ', "ab": {}', '}, "x": {', ', "run_id": "seed-main-1"']))
+        return Request(path, {}, body=text.encode(), path_valid=run_id.valid,
+                       body_valid=False)
+    body = json.loads(json.dumps(VALID_BISECT))
+    field = data(st.sampled_from(["good", "commits", "reproduced", "first_bad", "probes",
+                                  "oracle"]))
+    body[field] = data(JSON_VALUES)
+    return Request(path, {}, body=json.dumps(body, allow_nan=True).encode(),
+                   path_valid=run_id.valid, body_valid=False)
+
+
 #: Where upload bodies build their bundles (set by the upload test; hypothesis
 #: strategies cannot take fixtures).
 FUZZ_TMP: list[Path] = []
@@ -341,6 +376,7 @@ ROUTE_REQUESTS: dict[tuple[str, str], tuple[st.SearchStrategy[Request], frozense
             either(RUN_IDS), either(st.just(""))), frozenset({200})),
     ("GET", "/healthz"): (simple(lambda _: "/healthz", NO_ID, {}), frozenset({200})),
     ("POST", "/api/runs"): (upload_bodies(), frozenset({201})),
+    ("PUT", "/api/runs/{run_id}/bisect"): (bisect_bodies(), frozenset({200})),
 }
 
 
@@ -365,6 +401,9 @@ def _check(fuzzed: Fuzzed, route: tuple[str, str], request: Request) -> None:
         if method == "POST":
             answer = client.post(request.url(), content=request.body or b"",
                                  headers={**GZIP, **AUTH})
+        elif method == "PUT":
+            answer = client.put(request.url(), content=request.body or b"",
+                                headers={"Content-Type": "application/json", **AUTH})
         else:
             answer = client.get(request.url(), follow_redirects=False)
     shown = f"{method} {request.url()[:300]} -> {answer.status_code} {answer.text[:300]}"

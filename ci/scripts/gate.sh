@@ -214,6 +214,31 @@ else
   fi
 fi
 
+# -- 6. the nightly's bisect: the commit behind a regression ------------------------
+# HARNESS_NIGHTLY_BISECT=1: when the comparison found a regression, bisect between the
+# newest baseline run's commit and this run's (their source.commit labels: builds from a
+# clean checkout at HARNESS_SOURCE) and attach the culprit to this run in the service.
+# It explains the red job; it does not change its exit status.
+if [ "${HARNESS_NIGHTLY_BISECT:-0}" = 1 ] && [ "$compare_rc" = 1 ]; then
+  bisect_rc=0
+  if [ -z "${HARNESS_SOURCE:-}" ]; then
+    echo "gate: HARNESS_NIGHTLY_BISECT=1 needs HARNESS_SOURCE, the llama.cpp checkout" \
+         "the runs were built from" >&2
+    bisect_rc=2
+  else
+    # shellcheck disable=SC2206  # a word list on purpose
+    bisect_args=(${HARNESS_NIGHTLY_BISECT_ARGS:-})
+    python3 -m harness.bisect.nightly --service "$service" --run "$HARNESS_RUN_ID" \
+      --baseline "$baseline" --source "$HARNESS_SOURCE" --out "$out/bisect" \
+      -- "${bisect_args[@]}" || bisect_rc=$?
+    if [ -f "$out/bisect/table.md" ]; then
+      printf '\n### Bisect\n\n' >>"$summary"
+      cat "$out/bisect/table.md" >>"$summary"
+    fi
+  fi
+  echo "gate: nightly bisect exit $bisect_rc" >&2
+fi
+
 if [ -n "$service" ] && [ "$suites_rc" != 0 ]; then
   # The comparison judges changes against the baseline; a failing test fails the job
   # even when it failed on the baseline too, so the summary says so.

@@ -46,6 +46,8 @@ from harness.files import write_json_atomic
 from harness.paths import cache_root
 from harness.releases.release_source import available_releases
 from harness.results.run_validation import add_to_run
+from harness.service.settings import TOKEN_ENV
+from harness.service.upload_client import attach_bisect
 
 DEFAULT_RULE = AbRule()
 
@@ -106,6 +108,13 @@ DEFAULT_RULE = AbRule()
                                                       exists=True), default=None,
               help="Add the result to this run.json as its `bisect` object (the run whose "
                    "regression it explains); upload the run to show it on the service.")
+@click.option("--attach", "attach_to", default=None, metavar="RUN_ID",
+              help="Send the result to the results service (--service) as the bisect of "
+                   "this stored run, the one whose regression it explains.")
+@click.option("--service", envvar="HARNESS_SERVICE_URL", default=None,
+              help="With --attach: the results service [env HARNESS_SERVICE_URL].")
+@click.option("--token", envvar=TOKEN_ENV, default=None,
+              help=f"With --attach: the service's token [env {TOKEN_ENV}].")
 @click.option("--allure-results", type=click.Path(path_type=Path, file_okay=False),
               default=None, help="Add the bisect to this allure-results folder: one result "
                                  "with the table and a plot of the probes, the first bad "
@@ -118,8 +127,8 @@ def bisect_command(*, tree: Path | None, good: str, bad: str, script: str | None
                    budget_s: float | None, max_builds: int | None, judge_limit_s: float,
                    backend: str, native: bool, cmake_args: tuple[str, ...], cuda_archs: str,
                    amdgpu_targets: str, reduced: bool, out: Path, journal: Path | None,
-                   run_json: Path | None, allure_results: Path | None,
-                   as_json: bool) -> None:
+                   run_json: Path | None, attach_to: str | None, service: str | None,
+                   token: str | None, allure_results: Path | None, as_json: bool) -> None:
     """Find the commit between --good and --bad that made the oracle fail."""
     request = build_request(backend=backend, native=native, cmake_args=cmake_args,
                             cuda_archs=cuda_archs, amdgpu_targets=amdgpu_targets,
@@ -134,6 +143,9 @@ def bisect_command(*, tree: Path | None, good: str, bad: str, script: str | None
             design=design, backend=request.backend))
     else:
         oracle = _oracle(script, tests, reruns, judge_limit_s)
+    if attach_to is not None and not (service and token):
+        raise click.UsageError("--attach needs --service URL (or HARNESS_SERVICE_URL) and "
+                               f"--token (or {TOKEN_ENV})")
     started = time.monotonic()
     out = out.absolute()
     journal = (journal or out / "bisect.jsonl").absolute()
@@ -156,9 +168,13 @@ def bisect_command(*, tree: Path | None, good: str, bad: str, script: str | None
                       out / "result-git.json", out / "table-git.md")
     if run_json is not None:
         add_to_run(run_json, "bisect", result.to_json(), what="its bisect")
+    if attach_to is not None and service and token:
+        attach_bisect(service, attach_to, result.to_json(), token)
+        console.print(f"[bold]attached[/] to run {escape(attach_to)} on {escape(service)}",
+                      soft_wrap=True)
     if allure_results is not None:
         # Imported here: matplotlib is slow to import, and only this needs it.
-        from harness.bisect.allure_result import write_allure_result  # noqa: PLC0415
+        from harness.bisect.bisect_allure import write_allure_result  # noqa: PLC0415
 
         write_allure_result(result, allure_results, time.monotonic() - started)
     if as_json:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -167,6 +168,24 @@ def _ab(ab: Mapping[str, Any]) -> dict[str, Any]:
         "counter_changes": [{"name": c["name"], "baseline": c["baseline"],
                              "candidate": c["candidate"]} for c in ab["counter_changes"]],
     }
+
+
+def with_bisect(run: RunRecord, body: bytes, *, source: str) -> RunRecord:
+    """``run`` with the bisect object ``body`` (JSON bytes, hostile) as its ``bisect``.
+
+    The bisect goes through the whole run.json parser, inside the stored run's own
+    document, so it meets every limit a run.json meets; the result must be ``run``
+    unchanged but for its bisect, so no text in ``body`` can reach another field.
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RunRecordError(source, "$.bisect", f"is not UTF-8 text ({exc.reason})") from None
+    document = json.dumps({k: v for k, v in run.to_json().items() if k != "bisect"})
+    combined = parse_run_json(f'{{"bisect": {text}, {document[1:]}', source=source)
+    if combined.bisect is None or replace(combined, bisect=None) != replace(run, bisect=None):
+        raise RunRecordError(source, "$.bisect", "is not one bisect object")
+    return combined
 
 
 def add_to_run(run_json: Path, key: str, value: dict[str, Any], *, what: str) -> None:

@@ -22,14 +22,11 @@ from types import TracebackType
 from typing import TypeVar
 
 from sqlalchemy import (
-    ColumnElement,
     Connection,
     Engine,
     RowMapping,
     Update,
-    and_,
     func,
-    or_,
     select,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -51,6 +48,7 @@ from harness.results.store_backends import (
 from harness.results.store_reading import RowReader
 from harness.results.store_rows import (
     ReportState,
+    dumps,
     figure_row,
     outcome_row,
     report_row,
@@ -219,27 +217,33 @@ class ResultsStore:
     def renew_claim(self, run_id: str, replica: str, lease_s: float) -> bool:
         """Extend ``replica``'s claim on ``run_id``; False when it no longer holds it."""
         statement = report_claims.renew(run_id, replica, time.time_ns() + _ns(lease_s))
-        return self._write_claim(statement, f"renewing the report claim on run {run_id}")
+        return bool(self._write(statement, f"renewing the report claim on run {run_id}"))
 
     def finish_report(self, run_id: str, replica: str, state: ReportState) -> bool:
         """Record ``state`` for the job ``replica`` claimed; False (nothing written) when
         the claim was lost: the run was queued again, or another replica took it over."""
         statement = report_claims.finish(run_id, replica, report_row(run_id, state))
-        return self._write_claim(statement, f"recording the report of run {run_id}")
+        return bool(self._write(statement, f"recording the report of run {run_id}"))
 
     def release_claims(self, replica: str) -> int:
         """Give up every claim ``replica`` holds; how many there were."""
-        with self._errors(f"releasing the report claims of {replica}"), \
-                self._engine.connect() as conn:
-            conn.execution_options(**{WRITE: True})
-            with conn.begin():
-                return int(conn.execute(report_claims.release_all(replica)).rowcount)
+        return self._write(report_claims.release_all(replica),
+                           f"releasing the report claims of {replica}")
 
-    def _write_claim(self, statement: Update, doing: str) -> bool:
+    def set_bisect(self, run: RunRecord) -> bool:
+        """Keep ``run.bisect`` as the bisect of the stored run ``run.run_id`` (checked by
+        the run.json schema first); False when the store has no such run."""
+        check_run(run)
+        statement = runs.update().where(runs.c.run_id == run.run_id).values(
+            bisect=None if run.bisect is None else dumps(run.bisect))
+        return bool(self._write(statement, f"recording the bisect of run {run.run_id}"))
+
+    def _write(self, statement: Update, doing: str) -> int:
+        """Run one write in its own transaction; the rows it changed."""
         with self._errors(doing), self._engine.connect() as conn:
             conn.execution_options(**{WRITE: True})
             with conn.begin():
-                return bool(conn.execute(statement).rowcount)
+                return int(conn.execute(statement).rowcount)
 
     # -- reading --------------------------------------------------------------
 
@@ -344,11 +348,7 @@ class ResultsStore:
               before_run: str | None) -> list[T]:
         """What ``load`` makes of the runs matching the filters, newest first, up to
         ``limit`` of them (list_runs' order and filters)."""
-        query = select(runs)
-        if branch is not None:
-            query = query.where(runs.c.branch == branch)
-        if hardware is not None:
-            query = query.where(runs.c.hardware_identity == hardware)
+        query = store_listing.filtered_runs(branch, hardware)
         if before_run is not None:
             pivot = conn.execute(select(runs.c.started_at, runs.c.seq)
                                  .where(runs.c.run_id == before_run)).first()
@@ -357,7 +357,7 @@ class ResultsStore:
                     f"no run {before_run!r} in the results store at "
                     f"{self.url_for_display}; `harness compare` lists the stored runs "
                     "when given an unknown one")
-            query = query.where(_older_than(*pivot))
+            query = query.where(store_listing.older_than(*pivot))
         query = query.order_by(runs.c.started_at.desc(), runs.c.seq.desc())
         if limit is None:
             return load(conn, conn.execute(query).mappings().all())
@@ -371,7 +371,7 @@ class ResultsStore:
             found += load(conn, rows)
             if len(rows) < wanted:
                 break
-            page = query.where(_older_than(rows[-1]["started_at"], rows[-1]["seq"]))
+            page = query.where(store_listing.older_than(rows[-1]["started_at"], rows[-1]["seq"]))
         return found
 
     def latest_run(self, *, branch: str | None = None,
@@ -388,12 +388,6 @@ class ResultsStore:
             query = query.limit(limit)
         with self._errors("listing branches"), self._engine.connect() as conn:
             return [str(b) for b in conn.execute(query).scalars()]
-
-
-def _older_than(started_at: str, seq: int) -> ColumnElement[bool]:
-    """Runs after the run (``started_at``, ``seq``) in list_runs' newest-first order."""
-    return or_(runs.c.started_at < started_at,
-               and_(runs.c.started_at == started_at, runs.c.seq < seq))
 
 
 def _ns(seconds: float) -> int:

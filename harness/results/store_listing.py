@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import ColumnElement, Select, and_, func, or_, select
 
 from harness.results.store_tables import runs
 
@@ -53,3 +53,19 @@ def pair_counts(branch: str | None, hardware: str | None) -> Select[tuple[str, s
 def hardware_columns(seqs: Sequence[int]) -> Select[tuple[int, str]]:
     """The ``hardware`` JSON text of the runs stored as ``seqs``."""
     return select(runs.c.seq, runs.c.hardware).where(runs.c.seq.in_(list(seqs)))
+
+
+def filtered_runs(branch: str | None, hardware: str | None) -> Select[tuple[object, ...]]:
+    """Every column of the runs of ``branch`` on ``hardware`` (None: any)."""
+    query = select(runs)
+    if branch is not None:
+        query = query.where(runs.c.branch == branch)
+    if hardware is not None:
+        query = query.where(runs.c.hardware_identity == hardware)
+    return query
+
+
+def older_than(started_at: str, seq: int) -> ColumnElement[bool]:
+    """Runs after the run (``started_at``, ``seq``) in list_runs' newest-first order."""
+    return or_(runs.c.started_at < started_at,
+               and_(runs.c.started_at == started_at, runs.c.seq < seq))

@@ -57,7 +57,7 @@ class ReportState:
 
 # -- records -> rows -----------------------------------------------------------
 
-def _dumps(value: Any) -> str:
+def dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
@@ -67,10 +67,10 @@ def run_row(run: RunRecord) -> dict[str, Any]:
         "run_id": run.run_id, "branch": run.branch, "commit": run.commit,
         "started_at": run.started_at, "finished_at": run.finished_at,
         "hardware_identity": run.hardware.identity,
-        "hardware": _dumps(asdict(run.hardware)), "build": _dumps(asdict(run.build)),
-        "harness_version": run.harness_version, "labels": _dumps(run.labels),
-        "ab": None if run.ab is None else _dumps(run.ab), "checked": True,
-        "bisect": None if run.bisect is None else _dumps(run.bisect),
+        "hardware": dumps(asdict(run.hardware)), "build": dumps(asdict(run.build)),
+        "harness_version": run.harness_version, "labels": dumps(run.labels),
+        "ab": None if run.ab is None else dumps(run.ab), "checked": True,
+        "bisect": None if run.bisect is None else dumps(run.bisect),
     }
 
 
@@ -92,7 +92,7 @@ def report_row(run_id: str, state: ReportState) -> dict[str, Any]:
     # tool's output) are kept readable on both rather than failing on one.
     message = None if state.message is None else _no_nul(state.message)
     return {"run_id": run_id, "state": state.state, "message": message,
-            "problems": _dumps(list(state.problems)), "queued_ns": state.queued_ns,
+            "problems": dumps(list(state.problems)), "queued_ns": state.queued_ns,
             "updated_at": _no_nul(state.updated_at),
             # A state set from outside a claim (queued again, or recorded) ends any claim.
             "claimed_by": None, "lease_ns": None}

@@ -7,6 +7,11 @@ Endpoints (JSON unless said otherwise; errors are ``{"error": "<what and the fix
   when the run id was already stored (nothing is changed), 401 without the right
   token, 413 over the size limits, 415 for another content type, 422 for a bundle
   that is refused (the reason names the member), 503 when the store is down.
+- ``PUT /api/runs/{run_id}/bisect`` (bearer token): body is a bisect object
+  (``application/json``, as ``harness bisect --json`` prints it) that explains the
+  stored run's regression; it replaces the run's bisect. 200 with the run id and the
+  bisect, 401, 404 for an unknown run, 413 over 1 MiB, 415 for another content type,
+  422 for a bisect the run.json schema refuses.
 - ``GET /api/runs?branch=&hardware=&limit=``: run summaries, newest first.
 - ``GET /api/runs/{run_id}``: the whole run record and its report state.
 - ``GET /api/runs/{run_id}/results?test=NODEID`` (or ``?result=ID``): that test's Allure
@@ -34,12 +39,14 @@ unexpected failed (:mod:`harness.service.guard`; the traceback is in the log).
 ``ROUTE_STATUSES`` below is the table of what each route answers, which the route
 fuzz test holds the service to.
 
-Decision: only uploads need the token. Reads are open, because what the service holds
-(test outcomes, figures, reports) is what CI logs already show, and links to reports
-and comparisons must open from a pull request without credentials. Put the service
-behind a proxy with authentication if the results are not for everyone who can reach it.
+Decision: only writes (uploads, a run's bisect) need the token. Reads are open, because
+what the service holds (test outcomes, figures, reports) is what CI logs already show,
+and links to reports and comparisons must open from a pull request without credentials.
+Put the service behind a proxy with authentication if the results are not for everyone
+who can reach it.
 
-One service process per data directory: the per-run locks are in memory.
+Several processes may share one data directory (replicas, docs/service.md): uploads
+of one run id meet on a file lock there, report jobs are claimed in the store.
 
 The module stays whole because it is one job, the HTTP surface: each handler only turns
 a request into calls on the store, the ingestor and the report worker and their answers
@@ -81,7 +88,7 @@ from harness.results.comparison_render import comparison_json, comparison_markdo
 from harness.results.noise_rule import NoiseRule
 from harness.results.rules import NOISE_MIN_RUNS, NOISE_THRESHOLD, NOISE_WINDOW, NOISE_Z
 from harness.results.run_record import METRICS
-from harness.results.run_validation import RunRecordError
+from harness.results.run_validation import RunRecordError, with_bisect
 from harness.results.store import ResultsStore, open_store
 from harness.results.store_backends import ResultsStoreError
 from harness.service import summaries
@@ -108,6 +115,7 @@ GZIP_TYPES = frozenset({"application/gzip", "application/x-gzip"})
 ROUTE_STATUSES: dict[tuple[str, str], frozenset[int]] = {
     ("POST", "/api/runs"): frozenset({200, 201, 400, 401, 413, 415, 422}),
     ("GET", "/api/runs"): frozenset({200, 400}),
+    ("PUT", "/api/runs/{run_id}/bisect"): frozenset({200, 400, 401, 404, 413, 415, 422}),
     ("GET", "/api/runs/{run_id}"): frozenset({200, 404}),
     ("GET", "/api/runs/{run_id}/results"): frozenset({200, 400, 404}),
     ("GET", "/api/compare"): frozenset({200, 400, 404, 409}),
@@ -117,6 +125,8 @@ ROUTE_STATUSES: dict[tuple[str, str], frozenset[int]] = {
     ("GET", "/runs/{run_id}/report/{path:path}"): frozenset({200, 202, 400, 404}),
     ("GET", "/healthz"): frozenset({200}),
 }
+#: A bisect object: ~20 probes of a few hundred bytes each; its evidence is capped.
+MAX_BISECT_BYTES = 1024 * 1024
 DEFAULT_LIST_LIMIT = 50
 MAX_LIST_LIMIT = 1000
 #: Runs a history answers unless asked for more: the dashboard's window, two months of
@@ -190,6 +200,37 @@ class _Service:
             return _error(400, "the client went away before the whole bundle arrived")
         finally:
             await run_in_threadpool(upload.unlink, True)
+
+    async def put_bisect(self, request: Request) -> Response:
+        refused = self._unauthorised(request)
+        if refused is not None:
+            return refused
+        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media != "application/json":
+            return _error(415, f"the body must be a bisect object sent as application/json, "
+                          f"not {media or 'untyped'}; `harness bisect --attach` sends one")
+        body = bytearray()
+        try:
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > MAX_BISECT_BYTES:
+                    return _error(413, f"a bisect is at most {MAX_BISECT_BYTES} bytes")
+        except ClientDisconnect:
+            return _error(400, "the client went away before the whole bisect arrived")
+        return await run_in_threadpool(self._attach_bisect, request.path_params["run_id"],
+                                       bytes(body))
+
+    def _attach_bisect(self, run_id: str, body: bytes) -> Response:
+        run = self.store.get_run(run_id) if is_valid_run_id(run_id) else None
+        if run is None:
+            return _run_not_found(run_id)
+        try:
+            explained = with_bisect(run, body, source=f"the bisect of run {run_id}")
+        except RunRecordError as exc:
+            return _error(422, f"bisect refused: {exc}")
+        if not self.store.set_bisect(explained):
+            return _run_not_found(run_id)
+        return JSONResponse({"run_id": run_id, "bisect": explained.bisect})
 
     async def _receive(self, request: Request, upload: Path, limit: int) -> int:
         """Stream the body into ``upload``; stops (returning > limit) once it passes limit."""
@@ -463,6 +504,7 @@ def create_app(settings: ServiceSettings,
             Route("/api/runs", service.post_run, methods=["POST"]),
             Route("/api/runs", service.list_runs, methods=["GET"]),
             Route("/api/runs/{run_id}", service.get_run, methods=["GET"]),
+            Route("/api/runs/{run_id}/bisect", service.put_bisect, methods=["PUT"]),
             Route("/api/runs/{run_id}/results", service.get_results, methods=["GET"]),
             Route("/api/compare", service.compare, methods=["GET"]),
             Route("/api/history", service.history, methods=["GET"]),

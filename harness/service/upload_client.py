@@ -1,10 +1,13 @@
-"""Sending a run bundle to the results service (the client half of ``harness upload``)."""
+"""Sending to the results service: a run bundle (the client half of ``harness upload``)
+and a stored run's bisect (``harness bisect --attach``)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from harness.http_bounds import MIB
 from harness.service.service_client import ServiceCall
@@ -49,3 +52,18 @@ def upload_bundle(base_url: str, bundle: Path, token: str, *,
 
 def _object(value: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, dict) else {}
+
+
+def bisect_path(run_id: str) -> str:
+    return f"/api/runs/{quote(run_id, safe='')}/bisect"
+
+
+def attach_bisect(base_url: str, run_id: str, bisect: dict[str, Any], token: str, *,
+                  timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
+    """PUT ``bisect`` as the bisect of the stored run ``run_id``; the service's answer.
+    Raises ServiceError with the reason (an unknown run, a refused bisect, no service)."""
+    call = ServiceCall(base_url.rstrip("/"), "PUT", bisect_path(run_id), timeout_s,
+                       ANSWER_MAX_BYTES, setting="--service")
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    response = call.send(content=json.dumps(bisect).encode(), headers=headers)
+    return call.json_object(response)

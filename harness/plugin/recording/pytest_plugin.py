@@ -36,6 +36,7 @@ from harness.plugin.recording.run_file import (
     run_record,
     write_run,
 )
+from harness.plugin.recording.source_labels import source_labels
 from harness.plugin.session import HarnessSession
 from harness.probes.docker_engine import docker_engine
 from harness.probes.hardware import detect_hardware
@@ -206,7 +207,9 @@ class RecordingPlugin:
             record = run_record(run_id=new_run_id(), started_at=self.started_at,
                                 hardware=self.hardware, build=ref,
                                 outcomes=self.tally.outcomes(),
-                                figures=read_figures(figures_dir(self.run_json)))
+                                figures=read_figures(figures_dir(self.run_json)),
+                                labels=source_labels(build.info if build is not None
+                                                     else None))
             write_run(self.run_json, record)
 
     def _names_a_build(self) -> bool:
