@@ -121,7 +121,7 @@ def test_an_interrupted_bisect_resumes_from_its_journal_without_probing_again(
     first = _bisect(tmp_path, tree, "--good", shas[0], "--bad", shas[5], "--script", ORACLE,
                     "--max-builds", "2")
     assert first.returncode == 1, first.stderr
-    assert "--max-builds 2 builds were compiled" in first.stdout
+    assert "--max-builds 2 reached (2 compiled)" in first.stdout
     assert "the first bad commit is one of 5" in first.stdout
     journal = tmp_path / "out" / "bisect.jsonl"
     found = read_journal(journal)

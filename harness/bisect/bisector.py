@@ -161,7 +161,7 @@ def _spent(limits: Limits, elapsed_s: float, builds: int) -> str | None:
     if limits.budget_s is not None and elapsed_s >= limits.budget_s:
         return f"the budget of {limits.budget_s:g} s is spent ({elapsed_s:.0f} s)"
     if limits.max_builds is not None and builds >= limits.max_builds:
-        return f"--max-builds {limits.max_builds} builds were compiled"
+        return f"--max-builds {limits.max_builds} reached ({builds} compiled)"
     return None
 
 
