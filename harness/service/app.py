@@ -115,7 +115,9 @@ GZIP_TYPES = frozenset({"application/gzip", "application/x-gzip"})
 ROUTE_STATUSES: dict[tuple[str, str], frozenset[int]] = {
     ("POST", "/api/runs"): frozenset({200, 201, 400, 401, 413, 415, 422}),
     ("GET", "/api/runs"): frozenset({200, 400}),
-    ("PUT", "/api/runs/{run_id}/bisect"): frozenset({200, 400, 401, 404, 413, 415, 422}),
+    # 405: a run id of "." or ".." makes another path of it, one that takes no PUT.
+    ("PUT", "/api/runs/{run_id}/bisect"): frozenset({200, 400, 401, 404, 405, 413, 415,
+                                                     422}),
     ("GET", "/api/runs/{run_id}"): frozenset({200, 404}),
     ("GET", "/api/runs/{run_id}/results"): frozenset({200, 400, 404}),
     ("GET", "/api/compare"): frozenset({200, 400, 404, 409}),
