@@ -137,7 +137,7 @@ def test_an_unreachable_service_is_one_clear_error(tmp_path: Path) -> None:
 def test_a_later_night_past_the_calibrated_spread_is_reported_as_drift(tmp_path: Path) -> None:
     folder = _test_card(tmp_path / "gpu")
     rows = [r for r in calibrate(_runs()[:4], load_gpu_configs(folder))]
-    assert write_measured(folder / "this-runner.json", rows, 3, folder / "schema.json") == 1
+    assert write_measured(folder / "this-runner.json", rows, 3) == 1
     cards = load_gpu_configs(folder)
     nights = _runs()[:4]
 

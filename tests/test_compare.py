@@ -302,9 +302,11 @@ def test_json_is_serialisable_with_stable_keys() -> None:
     assert body["figures"][0]["z"] == "inf"
     body = json.loads(json.dumps(comparison_json(_mixed()), allow_nan=False))
     assert set(body) == {"regressed", "verdict", "current_run", "baseline_runs", "hardware",
-                         "rule", "tests", "figures", "figure_counts", "ab", "bisect", "drift"}
+                         "rule", "tests", "figures", "figure_counts", "ab", "bisect", "tune",
+                         "drift"}
     assert body["ab"] is None  # no A/B result in the current run
     assert body["bisect"] is None
+    assert body["tune"] is None
     assert body["drift"] == []  # no card configs given
     assert set(body["tests"]) == {"newly_failing", "fixed", "still_failing", "new_tests",
                                   "removed_tests"}

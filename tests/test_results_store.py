@@ -587,7 +587,7 @@ def test_a_version_1_store_is_migrated_to_the_current_version(store_url: str) ->
         new = replace(make_run("after-migration", started_at=at(9)), ab=_ab_result())
         assert migrated.add_run(new, report=ReportState("ready"))
         assert migrated.list_runs() == [new, old]
-    assert _stored_version(store_url) == [STORE_SCHEMA_VERSION] == [7]
+    assert _stored_version(store_url) == [STORE_SCHEMA_VERSION] == [8]
     assert _stored_ab(store_url, old.run_id) is None
     # Opening it again changes nothing.
     with open_store(store_url) as again:
@@ -628,6 +628,7 @@ def test_a_version_3_store_is_migrated_keeping_its_figures_and_storing_predictio
         conn.exec_driver_sql("ALTER TABLE figures DROP COLUMN predicted")
         conn.exec_driver_sql("ALTER TABLE runs DROP COLUMN checked")
         conn.exec_driver_sql("ALTER TABLE runs DROP COLUMN bisect")
+        conn.exec_driver_sql("ALTER TABLE runs DROP COLUMN tune")
         conn.execute(update(schema_version).values(version=3))
     engine.dispose()
     predicted = replace(make_run("predicted", started_at=at(9)),
@@ -722,6 +723,7 @@ def test_a_version_6_store_is_migrated_and_keeps_a_runs_bisect(store_url: str) -
     engine = create_engine(store_url.replace("postgresql://", "postgresql+psycopg://"))
     with engine.begin() as conn:  # back to what schema 6 held: no runs.bisect
         conn.exec_driver_sql("ALTER TABLE runs DROP COLUMN bisect")
+        conn.exec_driver_sql("ALTER TABLE runs DROP COLUMN tune")
         conn.execute(update(schema_version).values(version=6))
     engine.dispose()
     explained = replace(make_run("explained", started_at=at(9)), bisect=BISECT)
@@ -732,4 +734,39 @@ def test_a_version_6_store_is_migrated_and_keeps_a_runs_bisect(store_url: str) -
     assert got == explained
     assert got is not None
     assert got.bisect == BISECT
+    assert _stored_version(store_url) == [STORE_SCHEMA_VERSION]
+
+
+TUNE = {
+    "card": "rtx-4090", "key": "model:llama", "context": "2048", "build_key": "cpu-1",
+    "check": True, "threshold": 0.05, "stale": True,
+    "current": ["ubatch_size 4", "batch_size 4"],
+    "winner": {"name": "ubatch 256", "differs": ["ubatch_size 4 -> 256"],
+               "figures": [{"metric": "prompt_tps", "verdict": "improved", "ratio": 3.8,
+                            "low": 2.9, "high": 4.4, "pairs": 6}]},
+    "candidates": [{"name": "ubatch 256", "differs": ["ubatch_size 4 -> 256"],
+                    "verdict": "better",
+                    "figures": [{"metric": "prompt_tps", "verdict": "improved",
+                                 "ratio": 3.8, "low": 2.9, "high": 4.4, "pairs": 6}]}],
+    "summary": "ubatch 256 beats the current plan",
+}
+
+
+def test_a_version_7_store_is_migrated_and_keeps_a_runs_tune(store_url: str) -> None:
+    old = _full_run()
+    with open_store(store_url) as current:
+        assert current.add_run(old)
+    engine = create_engine(store_url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.begin() as conn:  # back to what schema 7 held: no runs.tune
+        conn.exec_driver_sql("ALTER TABLE runs DROP COLUMN tune")
+        conn.execute(update(schema_version).values(version=7))
+    engine.dispose()
+    tuned = replace(make_run("tuned", started_at=at(9)), tune=TUNE)
+    with open_store(store_url) as migrated:
+        assert migrated.get_run(old.run_id) == old
+        assert migrated.add_run(tuned)
+        got = migrated.get_run(tuned.run_id)
+    assert got == tuned
+    assert got is not None
+    assert got.tune == TUNE
     assert _stored_version(store_url) == [STORE_SCHEMA_VERSION]

@@ -48,6 +48,13 @@
 #                         `ab` object and a regression fails the job (exit 1). Unset: no A/B
 #   HARNESS_GATE_AB_ARGS  extra `harness ab` options, a word list (e.g. "--budget-s 120
 #                         --metric decode_tps")
+#   HARNESS_NIGHTLY_TUNE  1: the stale-card check (`harness tune --check`) of the card's
+#                         plan on the build under test, added to run.json as its `tune`
+#                         object before the upload; a stale card is a warning in the
+#                         summary and on the dashboard, never a failure
+#   HARNESS_NIGHTLY_TUNE_ARGS  extra `harness tune` options, a word list (e.g. "--vary
+#                         kv,batch --budget-s 300"); a --model or --bundle there replaces
+#                         the cell's bundle (HARNESS_NIGHTLY_TUNE_BUNDLE, set by nightly.sh)
 #   HARNESS_SERVICE_URL   the results service; unset: no upload, no comparison
 #   HARNESS_SERVICE_TOKEN its upload token: environment only, never an argument
 #   HARNESS_SOURCE        a llama.cpp tree to build instead of the pinned source
@@ -183,6 +190,30 @@ if [ -n "$ab_baseline" ]; then
   harness ab --baseline "$ab_base" --candidate "$candidate" "${ab_record[@]}" \
     --allure-results "$results" "${ab_args[@]}" | tee "$out/ab.txt" || ab_rc=${PIPESTATUS[0]}
   echo "gate: A/B against $ab_baseline exit $ab_rc" >&2
+fi
+
+# -- 2c. the nightly's stale-card check ------------------------------------------------
+# Before the upload, so the run the service stores carries it. A stale card (a candidate
+# beat the card's plan) is reported, not failed; a tune that cannot run is said and the
+# job goes on.
+if [ "${HARNESS_NIGHTLY_TUNE:-0}" = 1 ] && [ -f "$run_json" ]; then
+  tune_rc=0
+  # shellcheck disable=SC2206  # a word list on purpose
+  tune_args=(${HARNESS_NIGHTLY_TUNE_ARGS:-})
+  case " ${tune_args[*]} " in
+    *" --model "* | *" --bundle "*) ;;
+    *) mapfile -t target < <(python3 -m harness.tune.nightly_target \
+         "${HARNESS_NIGHTLY_TUNE_BUNDLE:-all}")
+       tune_args=("${target[@]}" "${tune_args[@]}") ;;
+  esac
+  if [ "$runner" = container ]; then tune_build=${image##*:}; else tune_build=$binary; fi
+  harness tune --check --record "$run_json" --build "$tune_build" "${tune_args[@]}" \
+    >"$out/tune.txt" 2>&1 || tune_rc=$?
+  if grep -q '^stale card' "$out/tune.txt"; then
+    { printf '\n### Stale card\n\n```\n'; grep '^stale card' "$out/tune.txt"
+      printf '```\n'; } >>"$summary"
+  fi
+  echo "gate: stale-card check exit $tune_rc (a warning at most; $out/tune.txt)" >&2
 fi
 
 # -- 3. the report artifact -----------------------------------------------------------

@@ -72,6 +72,8 @@ if ((${#others[@]})); then
 fi
 
 export HARNESS_BRANCH=${HARNESS_NIGHTLY_BRANCH:-nightly}/$bundle/$config
+# The stale-card check (HARNESS_NIGHTLY_TUNE=1, gate.sh step 2c) tunes this cell's bundle.
+export HARNESS_NIGHTLY_TUNE_BUNDLE=$bundle
 # Compare with the cell's own earlier nights once there are any; the first night of a
 # cell (or of a new GPU config) is its baseline.
 export HARNESS_GATE_BASELINE=""

@@ -4,7 +4,8 @@ Each start is one sample of every figure the run record measures for a server:
 ``load_s`` (launch to ready), then ``ttft_ms``, ``prompt_tps`` and ``decode_tps`` as
 :func:`harness.perf.measure.measure_speed` takes them for every suite server, and the
 deterministic counters (startup log, one greedy completion). Both arms get the same
-launch spec — model, context, threads — so the build is the only difference.
+launch spec — model, context, threads — so the build is the only difference
+(``harness tune`` instead gives each arm its own spec on one binary).
 
 After each block every metric still undecided is decided on the pairs so far; a
 metric's first decisive verdict is final (the sequential stop). The comparison ends
@@ -76,6 +77,10 @@ class Arm:
     image: str | None = None
     #: The build's backend where its record says (a bare image name does not).
     backend: Backend | None = None
+    #: The whole launch of this arm's servers (``harness tune``: the same binary, other
+    #: settings); its unset ``threads`` get the comparison's. None: the spec every arm
+    #: shares (the settings' model, context and threads), so the build is the difference.
+    spec: LaunchSpec | None = None
 
     def describe(self) -> str:
         return str(self.binary) if self.binary is not None else f"image {self.image}"
@@ -180,8 +185,9 @@ class _Starter:
                  env: dict[str, str] | None) -> None:
         self._arm = arm
         self._settings = settings
-        self._spec = LaunchSpec(model=settings.model, ctx_size=settings.context(),
-                                threads=threads)
+        self._spec = (LaunchSpec(model=settings.model, ctx_size=settings.context(),
+                                 threads=threads) if arm.spec is None
+                      else replace(arm.spec, threads=arm.spec.threads or threads))
         self._runner: ServerRunner[RunningServer]
         if arm.binary is not None:
             self._runner = SubprocessRunner(arm.binary, log_dir / arm.label, env=env)

@@ -12,7 +12,6 @@ nothing.
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,8 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from harness.errors import ConfigError, HarnessError
-from harness.files import write_json_atomic
+from harness.commands._card_write import write_card_checked
+from harness.errors import HarnessError
 from harness.http_bounds import MIB
 from harness.probes.gpu_configs import GPU_CONFIG_DIR, load_gpu_configs
 from harness.results.calibration import (
@@ -85,8 +84,7 @@ def calibrate_command(*, service: str, branches: tuple[str, ...], configs: Path 
     if write:
         for card in sorted({r.card for r in rows}):
             written = write_measured(folder / f"{card}.json",
-                                     [r for r in rows if r.card == card], min_runs,
-                                     folder / "schema.json")
+                                     [r for r in rows if r.card == card], min_runs)
             console.print(f"{'wrote' if written else 'left'} {folder / f'{card}.json'}: "
                           f"{written} measured entries"
                           + ("" if written else f" (every group under {min_runs} runs)"),
@@ -118,26 +116,15 @@ def _fetch_run(client: httpx.Client, service: str, run_id: str) -> RunRecord:
                                f"cannot read ({call.method} {call.path}): {exc}") from exc
 
 
-def write_measured(path: Path, rows: Sequence[CalibrationRow], min_runs: int,
-                   schema: Path) -> int:
+def write_measured(path: Path, rows: Sequence[CalibrationRow], min_runs: int) -> int:
     """Replace ``path``'s measured section; the number of entries written (0: none)."""
     section = measured_section(rows, min_runs)
     entries = sum(len(keys) for keys in section.values())
     if not entries:
         return 0
     original: dict[str, Any] = json.loads(path.read_text())
-    updated = with_measured(original, section)
-    # Checked as the file it will be, beside its schema, before it replaces the file.
-    with tempfile.TemporaryDirectory() as scratch:
-        trial = Path(scratch) / path.name
-        trial.write_text(json.dumps(updated, indent=2) + "\n")
-        (Path(scratch) / schema.name).write_text(schema.read_text())
-        try:
-            load_gpu_configs(Path(scratch))
-        except ConfigError as exc:
-            raise CalibrationError(f"{path}: the measured section would not be valid, so "
-                                   f"nothing was written: {exc}") from exc
-    write_json_atomic(path, updated)
+    write_card_checked(path, with_measured(original, section), section="measured",
+                       error=CalibrationError)
     return entries
 
 

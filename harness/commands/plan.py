@@ -50,18 +50,20 @@ _SETTING_OPTIONS = ("ctx_size", "parallel", "cache_type_k", "cache_type_v", "fla
               help="Override --flash-attn.")
 @click.option("--build-json", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="build.json of the build to plan for (default: the cached CPU build).")
+@click.option("--configs", type=click.Path(path_type=Path, file_okay=False, exists=True),
+              help="Card config folder (default: the packaged configs/gpu).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 def plan_command(*, gpu_name: str | None, vram_mib: int | None, bundle: Path | None,
-                 model: Path | None, build_json: Path | None, as_json: bool,
-                 **overrides: Any) -> None:
+                 model: Path | None, build_json: Path | None, configs: Path | None,
+                 as_json: bool, **overrides: Any) -> None:
     """Plan a launch and print it: fields with origins, reasons, KV cache, argv."""
     if (bundle is None) == (model is None):
         raise click.UsageError("give exactly one of --bundle PATH or --model PATH")
     if (gpu_name is None) != (vram_mib is None):
         raise click.UsageError("--gpu and --vram-mib go together")
     build = read_build_info(build_json) if build_json else _cached_build()
-    request = _request(bundle, model, gpu_name=gpu_name, vram_mib=vram_mib, build=build,
-                       overrides=overrides)
+    request = plan_request(bundle, model, gpu_name=gpu_name, vram_mib=vram_mib, build=build,
+                           overrides=overrides, configs=configs)
     plan = plan_launch(request)
     prediction = _predict(plan, request)
     binary = build.binary if build else "llama-server"
@@ -86,9 +88,11 @@ def _cached_build() -> BuildInfo | None:
     return result.info if result else None
 
 
-def _request(bundle_dir: Path | None, model: Path | None, *, gpu_name: str | None,
-             vram_mib: int | None, build: BuildInfo | None,
-             overrides: dict[str, Any]) -> PlanRequest:
+def plan_request(bundle_dir: Path | None, model: Path | None, *, gpu_name: str | None,
+                 vram_mib: int | None, build: BuildInfo | None, overrides: dict[str, Any],
+                 configs: Path | None = None) -> PlanRequest:
+    """The planner's facts for a launch of ``bundle_dir`` or ``model`` (``harness plan``
+    and ``harness tune``); ``configs``: the card folder (None: the packaged one)."""
     bundle = load_bundle(bundle_dir) if bundle_dir else None
     model_path = bundle.text_model if bundle else model
     assert model_path is not None
@@ -99,7 +103,7 @@ def _request(bundle_dir: Path | None, model: Path | None, *, gpu_name: str | Non
         bundle=bundle,
         drafter_model=read_model_facts(drafter) if drafter else None,
         gpu=GpuInfo(gpu_name, vram_mib) if gpu_name and vram_mib is not None else None,
-        configs=load_gpu_configs(),
+        configs=load_gpu_configs(configs),
         capabilities=build.capabilities if build else Capabilities(),
         build_key=build.key if build else "",
         per_call={k: v for k, v in overrides.items() if k in _SETTING_OPTIONS and v is not None},

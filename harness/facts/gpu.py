@@ -272,6 +272,18 @@ class MeasuredDecode:
 
 
 @dataclass(frozen=True)
+class TunedSettings:
+    """``harness tune --write``'s winner for one bundle (or model class) and context:
+    the settings it changed, and where they were measured (``tuned``)."""
+
+    settings: ServerSettings
+    #: When (ISO 8601), on which build, and which candidate won.
+    measured: str
+    build_key: str
+    candidate: str
+
+
+@dataclass(frozen=True)
 class GpuConfig:
     """One ``configs/gpu/<name>.json``, validated."""
 
@@ -294,6 +306,10 @@ class GpuConfig:
     description: str | None = None
     #: ``harness calibrate``'s decode figures, by (bundle, figure key label).
     measured_decode: Mapping[tuple[str, str], MeasuredDecode] = field(
+        default_factory=lambda: MappingProxyType({}))
+    #: ``harness tune --write``'s settings, by (bundle id, class or ``model:ARCH``,
+    #: context as text: ``"32768"``, or ``"default"`` for a plan that sets none).
+    tuned: Mapping[tuple[str, str], TunedSettings] = field(
         default_factory=lambda: MappingProxyType({}))
     #: Where the config was read from; only for messages.
     source: str = field(default="", compare=False)

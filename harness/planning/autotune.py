@@ -6,7 +6,8 @@ included); below the smallest bucket there is no config and the catalog's defaul
 stand. Settings are layered, later wins:
 
     card defaults -> bundle recommendation -> (bucket parallel scaling)
-    -> per-call overrides -> environment overrides (HARNESS_LLAMA_*)
+    -> tuned (``harness tune --write``; matched cards only) -> per-call overrides
+    -> environment overrides (HARNESS_LLAMA_*)
 
 The result says which layer set every field, and why, so a fallback is logged loudly.
 The caller reads ``os.environ`` and passes the mapping in: nothing here does I/O.
@@ -33,6 +34,7 @@ from harness.facts.gpu import (
     SettingField,
     SettingValue,
 )
+from harness.planning.tuned_layer import context_key, find_tuned, tuned_keys
 
 #: Environment overrides are ``HARNESS_LLAMA_`` + the field name in capitals.
 ENV_PREFIX = "HARNESS_LLAMA_"
@@ -61,6 +63,7 @@ class Origin(enum.StrEnum):
     CARD = "card"
     BUCKET = "bucket"
     BUNDLE = "bundle"
+    TUNED = "tuned"
     CALL = "call"
     ENV = "env"
 
@@ -125,11 +128,15 @@ def autotune(
     bundle_id: str | None,
     per_call: Mapping[str, object],
     env_overrides: Mapping[str, str],
+    *,
+    model_class: str | None = None,
 ) -> TuneResult:
     """Resolve the llama-server settings for ``gpu`` and ``bundle_id``.
 
     ``per_call`` holds field names (``SETTING_NAMES``) to values, ``None`` meaning
     "no override"; ``env_overrides`` is the environment (other variables are ignored).
+    ``model_class``: a bare model's key for the card's ``tuned`` entries
+    (planning/tuned_layer.py), None for a bundle.
     Bad values raise ``ConfigError`` naming the field or variable and what is allowed.
     """
     call = call_overrides(per_call)
@@ -157,6 +164,16 @@ def autotune(
                            f"x{_num(bucket.parallel_scale)} -> {scaled}")
             settings = replace(settings, parallel=scaled)
             origins["parallel"] = Origin.BUCKET
+        if source is TuneSource.MATCH:
+            # Measured on this card only: a bucket's borrowed card is another card.
+            ctx = env.ctx_size or call.ctx_size or settings.ctx_size
+            found = find_tuned(config, tuned_keys(bundle_id, bundle_key, model_class), ctx)
+            if found is not None:
+                key, tuned = found
+                settings = _layer(settings, tuned.settings, Origin.TUNED, origins)
+                reasons.append(f"tuned {key!r} at context {context_key(ctx)}: "
+                               f"{tuned.candidate}, measured {tuned.measured} on build "
+                               f"{tuned.build_key}, sets {_show(tuned.settings)}")
     if call.as_dict():
         settings = _layer(settings, call, Origin.CALL, origins)
         reasons.append(f"per-call overrides set {_show(call)}")

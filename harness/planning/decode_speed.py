@@ -96,8 +96,11 @@ class DecodePrediction:
 
 def predict_decode(model: ModelFacts, spec: OffloadRequest, kv: KvPlan | None,
                    bandwidths: Bandwidths, *, depth: int,
-                   kv_offload: bool = True) -> DecodePrediction:
+                   kv_offload: bool = True, kv_read_cost: float = 1.0) -> DecodePrediction:
     """The decode speed of ``model`` under ``spec``'s placement at ``depth`` tokens.
+
+    ``kv_read_cost``: the cache's bytes count this many times (a quantised cache that is
+    slow to dequantise, harness/tune/quality.py); 1 for the plain bytes.
 
     ``bandwidths.gpu_gbps`` None means no GPU device: everything is read from host memory.
     Raises ValueError for a model without per-block bytes (not read from a GGUF file).
@@ -122,7 +125,7 @@ def predict_decode(model: ModelFacts, spec: OffloadRequest, kv: KvPlan | None,
         gpu += model.output_bytes
     else:
         host += model.output_bytes
-    kv_read = _kv_bytes_read(kv, depth)
+    kv_read = _kv_bytes_read(kv, depth) * kv_read_cost
     gpu_blocks = sum(1 for placed in placement.layers if placed.on_gpu)
     kv_gpu_share = gpu_blocks / model.block_count if kv_offload and model.block_count else 0.0
     gpu += kv_read * kv_gpu_share
@@ -199,8 +202,8 @@ def plan_bandwidths(plan: LaunchPlan, gpu: GpuInfo | None,
                    gpu_source=f"{config.name}, {how}")
 
 
-def predict_plan(plan: LaunchPlan, model: ModelFacts,
-                 bandwidths: Bandwidths) -> tuple[DecodePrediction, ...]:
+def predict_plan(plan: LaunchPlan, model: ModelFacts, bandwidths: Bandwidths, *,
+                 kv_read_cost: float = 1.0) -> tuple[DecodePrediction, ...]:
     """``plan``'s decode speed at :func:`prediction_depths` of its per-slot context."""
     context = (plan.kv.n_ctx_seq if plan.kv is not None and plan.kv.valid
                else plan.spec.ctx_size or model.context_length)

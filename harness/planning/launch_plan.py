@@ -51,6 +51,7 @@ from harness.planning.launch import LaunchSpec, field_of_flag
 from harness.planning.offload import OVERRIDE_FLAGS, OffloadKind, OffloadPlan, plan_offload
 from harness.planning.release_rules import NOT_MODELLED, NotModelled, release_lacks
 from harness.planning.routing import OVERRIDE_VARIABLE, RouteDecision, decide_backend
+from harness.planning.tuned_layer import model_class
 
 #: Origins of fields the planner sets itself, beside autotune's card/bucket/bundle/call/env.
 CATALOG = "catalog"
@@ -148,7 +149,8 @@ def plan_launch(request: PlanRequest) -> LaunchPlan:
     route = decide_backend(catalog, request.environ.get(OVERRIDE_VARIABLE))
     tune = autotune(request.gpu, request.configs, catalog.id if catalog else None,
                     request.per_call,
-                    {k: v for k, v in request.environ.items() if k.startswith(ENV_PREFIX)})
+                    {k: v for k, v in request.environ.items() if k.startswith(ENV_PREFIX)},
+                    model_class=None if catalog else model_class(request.model.architecture))
     settings, origins = _layer_over_catalog(catalog, tune)
     warnings: list[PlanWarning] = []
     reasons: list[str] = [route.detail, *tune.reasons]

@@ -31,6 +31,7 @@ from harness.facts.gpu import (
     ServerSettings,
     SettingValue,
     Supports,
+    TunedSettings,
     Vendor,
 )
 from harness.resources import card_path
@@ -40,7 +41,8 @@ GPU_SCHEMA_NAME = "schema.json"
 KV_TYPES_PATH = GPU_CONFIG_DIR / "kv_types.json"
 KV_TYPES_SCHEMA_PATH = GPU_CONFIG_DIR / "kv_types.schema.json"
 #: The files beside the cards in their folder that are not cards.
-NOT_CARDS = frozenset({GPU_SCHEMA_NAME, KV_TYPES_PATH.name, KV_TYPES_SCHEMA_PATH.name})
+NOT_CARDS = frozenset({GPU_SCHEMA_NAME, KV_TYPES_PATH.name, KV_TYPES_SCHEMA_PATH.name,
+                       "kv_quality.json", "kv_quality.schema.json"})
 
 
 def load_gpu_configs(directory: Path | None = None) -> tuple[GpuConfig, ...]:
@@ -115,6 +117,13 @@ def _load_gpu_config(path: Path, schema_path: Path) -> GpuConfig:
                                             runs=int(entry["runs"]), last=entry["last"])
             for bundle, keys in obj.get("measured", {}).items()
             for label, entry in keys.items() if "decode_tps" in entry}),
+        tuned=MappingProxyType({
+            (key, ctx): TunedSettings(settings=_settings(entry["settings"]),
+                                      measured=entry["provenance"]["measured"],
+                                      build_key=entry["provenance"]["build_key"],
+                                      candidate=entry["provenance"]["candidate"])
+            for key, contexts in obj.get("tuned", {}).items()
+            for ctx, entry in contexts.items()}),
         source=str(path),
     )
     _check_consistency(path, config)
@@ -140,7 +149,8 @@ def _opt_float(value: Any) -> float | None:
 
 
 def _check_consistency(path: Path, config: GpuConfig) -> None:
-    """What the schema cannot say: cross-field rules on the card and each bundle.
+    """What the schema cannot say: cross-field rules on the card, each bundle and each
+    tuned entry.
 
     A bundle is checked as the card's settings with its own on top, and blamed only for
     rules touching a field it sets (a card-level problem is reported once, on the card).
@@ -157,6 +167,14 @@ def _check_consistency(path: Path, config: GpuConfig) -> None:
         where = join_path("$.bundle_recommendations", key)
         problems += [f"{path}: {where}.{text}"
                      for involved, text in _settings_problems(card.overlaid(rec), config.fit_caps)
+                     if own & involved]
+    for (key, ctx), tuned in config.tuned.items():
+        own = set(tuned.settings.as_dict())
+        where = join_path(join_path("$.tuned", key), ctx) + ".settings"
+        base = card.overlaid(config.bundle_recommendations.get(key, ServerSettings()))
+        problems += [f"{path}: {where}.{text}"
+                     for involved, text in _settings_problems(base.overlaid(tuned.settings),
+                                                              config.fit_caps)
                      if own & involved]
     fail_if_any(ConfigError, problems)
 

@@ -95,6 +95,9 @@ class Comparison:
     #: The current run's bisect (RunRecord.bisect): the commit that caused its
     #: regression, or None. Reported, not judged.
     bisect: dict[str, Any] | None = None
+    #: The current run's tune of its card (RunRecord.tune): a stale card is a warning,
+    #: reported, not judged.
+    tune: dict[str, Any] | None = None
     #: Decode figures that left their card's calibrated band (reported, not judged).
     drift: tuple[Drift, ...] = ()
 
@@ -221,5 +224,5 @@ def compare(baseline: Sequence[RunRecord], current: RunRecord,
         baseline_run_ids=tuple(run.run_id for run in baseline),
         current_run_id=current.run_id, hardware=current.hardware, rule=rule,
         figure_results=compare_figures(baseline, current, rule), ab=current.ab,
-        bisect=current.bisect,
+        bisect=current.bisect, tune=current.tune,
         drift=measured_drift(current, configs, rule.threshold), **tests)

@@ -77,6 +77,7 @@ def comparison_json(c: Comparison) -> dict[str, Any]:
         # As the run record holds it (every number finite, the schema saw to that).
         "ab": c.ab,
         "bisect": c.bisect,
+        "tune": c.tune,
         "drift": [{"card": d.card, "key": asdict(d.key), "label": d.key.label(),
                    "measured": asdict(d.measured), "current": d.current,
                    "change": d.change} for d in c.drift],
@@ -167,6 +168,24 @@ def _bisect_section(bisect: dict[str, Any]) -> list[str]:
             f"{bisect['oracle']})."]
 
 
+def _tune_section(tune: dict[str, Any]) -> list[str]:
+    """What ``harness tune --record`` (or ``--check``) found of the card's plan."""
+    where = (f"card `{tune['card']}`, `{tune['key']}` at context {tune['context']}, "
+             f"build `{tune['build_key']}`")
+    if not tune["stale"]:
+        return ["", "### Tune", "", f"The card's plan holds ({where}): {tune['summary']}"]
+    winner = tune["winner"]
+    lines = ["", "### Stale card", "",
+             f"A warning, not a failure: `{winner['name']}` beat the card's plan ({where}).",
+             "", f"- plan: {_cell(', '.join(tune['current']))}",
+             f"- better: {_cell('; '.join(winner['differs']))}", "",
+             "| figure | ratio | interval | verdict | pairs |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {f['metric']} | {_ratio(f['ratio'])} | {_ratio(f['low'])}-"
+              f"{_ratio(f['high'])} | {f['verdict']} | {f['pairs']} |"
+              for f in winner["figures"]]
+    return lines
+
+
 def _ab_section(c: Comparison, ab: dict[str, Any]) -> list[str]:
     """The "Performance A/B" section: per metric ratio and CI, then changed counters."""
     threshold: float = ab["threshold"]
@@ -235,6 +254,8 @@ def comparison_markdown(c: Comparison) -> str:
         lines += _ab_section(c, c.ab)
     if c.bisect is not None:
         lines += _bisect_section(c.bisect)
+    if c.tune is not None:
+        lines += _tune_section(c.tune)
     if c.drift:
         lines += ["", f"### Drift from the card's measured figures ({len(c.drift)})", "",
                   "Reported, not judged: the decode speed left the band `harness calibrate` "

@@ -220,6 +220,10 @@ class RunRecord:
     #: probe with its verdict and evidence), or None. Plain JSON, as the schema's
     #: ``bisect`` property describes it.
     bisect: dict[str, Any] | None = None
+    #: The tune of the card's plan ``harness tune --record`` added (harness/tune/
+    #: tune_record.py's record_json: the card, whether it is stale, the winner and every
+    #: candidate's figures), or None. Plain JSON, as the schema's ``tune`` describes it.
+    tune: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         body = asdict(self)
@@ -234,6 +238,8 @@ class RunRecord:
             del body["ab"]
         if self.bisect is None:
             del body["bisect"]
+        if self.tune is None:
+            del body["tune"]
         # The same for a figure without a prediction; one with a prediction adds its ratio.
         body["figures"] = tuple(_figure_json(f) for f in self.figures)
         body["schema"] = RUN_SCHEMA_VERSION

@@ -145,6 +145,40 @@ _BISECT_SCHEMA = _object(
     })
 
 
+#: Candidates a tune proposes: a dozen in practice (one dimension at a time).
+_MAX_TUNE_CANDIDATES = 1000
+_TUNE_RATIO = {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 1e6}
+_TUNE_FIGURE = _object(["metric", "verdict", "ratio", "low", "high", "pairs"], {
+    "metric": {"enum": sorted(METRICS)}, "verdict": {"enum": list(AB_VERDICTS)},
+    "ratio": _TUNE_RATIO, "low": _TUNE_RATIO, "high": _TUNE_RATIO,
+    "pairs": {"type": "integer", "minimum": 0, "maximum": _MAX_INT32}})
+_DIFFERS = {"type": "array", "maxItems": 64, "items": _text(_TEXT_CHARS)}
+
+#: The run record's ``tune`` object, as harness/tune/tune_record.py's record_json writes
+#: it: a ``harness tune`` (or ``--check``) of the card's plan on this run's build.
+_TUNE_SCHEMA = _object(
+    ["card", "key", "context", "build_key", "check", "threshold", "stale", "current",
+     "winner", "candidates", "summary"], {
+        "card": _text(_NAME_CHARS), "key": _text(_NAME_CHARS),
+        "context": _text(_NAME_CHARS), "build_key": _text(_NAME_CHARS),
+        "check": {"type": "boolean"},
+        "threshold": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "stale": {"type": "boolean"},
+        "current": _DIFFERS,
+        "winner": {**_object(["name", "differs", "figures"], {
+            "name": _text(_NAME_CHARS), "differs": _DIFFERS,
+            "figures": {"type": "array", "maxItems": 64, "items": _TUNE_FIGURE}}),
+            "type": ["object", "null"]},
+        "candidates": {"type": "array", "maxItems": _MAX_TUNE_CANDIDATES,
+                       "items": _object(["name", "differs", "verdict", "figures"], {
+                           "name": _text(_NAME_CHARS), "differs": _DIFFERS,
+                           "verdict": _text(_TEXT_CHARS),
+                           "figures": {"type": "array", "maxItems": 64,
+                                       "items": _TUNE_FIGURE}})},
+        "summary": _text(_MESSAGE_CHARS),
+    })
+
+
 #: ``run.json`` as :meth:`RunRecord.to_json` writes it. A field added later is optional
 #: here (older runs lack it) and is read in harness/results/run_validation.py.
 RUN_SCHEMA: dict[str, Any] = {
@@ -218,6 +252,7 @@ RUN_SCHEMA: dict[str, Any] = {
                        "additionalProperties": _text(_TEST_ID_CHARS)},
             "ab": _AB_SCHEMA,
             "bisect": _BISECT_SCHEMA,
+            "tune": _TUNE_SCHEMA,
         }),
 }
 

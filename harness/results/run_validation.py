@@ -133,6 +133,8 @@ def _build(body: Mapping[str, Any]) -> RunRecord:
         labels=dict(body.get("labels", {})),
         ab=_ab(body["ab"]) if "ab" in body else None,
         bisect=_bisect(body["bisect"]) if "bisect" in body else None,
+        # Plain JSON the schema closed key by key: a deep copy is all it needs.
+        tune=json.loads(json.dumps(body["tune"])) if "tune" in body else None,
     )
 
 

@@ -108,6 +108,40 @@ def bisect_notes(runs_newest_first: Sequence[RunRecord]) -> tuple[BisectNote, ..
     return tuple(notes)
 
 
+@dataclass(frozen=True)
+class TuneNote:
+    """A run's tune of its card (``harness tune --record`` or ``--check``)."""
+
+    run_id: str
+    started_at: str
+    card: str
+    stale: bool
+    #: "ubatch 256 beat the plan: prompt_tps x3.8 [2.9, 4.4]", or the plan holds.
+    finding: str
+
+
+def tune_notes(runs_newest_first: Sequence[RunRecord]) -> tuple[TuneNote, ...]:
+    """The runs that carry a tune, newest first, each in one line (pure)."""
+    notes = []
+    for run in runs_newest_first:
+        tune = run.tune
+        if tune is None:
+            continue
+        winner = tune.get("winner")
+        if isinstance(winner, dict):
+            figures = ", ".join(
+                f"{f['metric']} x{f['ratio']:.3f} [{f['low']:.3f}, {f['high']:.3f}]"
+                for f in winner["figures"] if f["verdict"] == "improved"
+                and f["ratio"] is not None and f["low"] is not None and f["high"] is not None)
+            finding = (f"stale: {winner['name']} ({'; '.join(winner['differs'])}) beat "
+                       f"the plan for {tune['key']} at context {tune['context']}: {figures}")
+        else:
+            finding = f"the plan for {tune['key']} at context {tune['context']} holds"
+        notes.append(TuneNote(run.run_id, run.started_at, str(tune["card"]),
+                              bool(tune["stale"]), finding))
+    return tuple(notes)
+
+
 #: The statuses "changed only" keeps a series for.
 _CHANGES = frozenset({FigureStatus.REGRESSED, FigureStatus.IMPROVED})
 

@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 
 from harness.results.release_runs import RELEASES_BRANCH
 from harness.results.rules import FigureStatus
-from harness.service.dashboard import DashboardSeries, IndexRow
+from harness.service.dashboard import DashboardSeries, IndexRow, TuneNote
 from harness.service.dashboard_svg import HEIGHT, WIDTH, WRITER_VERSION
 from harness.service.dashboard_view import DashboardModel, Paged, SeriesFilter
 
@@ -90,6 +90,9 @@ def render_page(model: DashboardModel, shown: Paged[DashboardSeries],
             f"<li>run <code>{_e(note.run_id)}</code> ({_e(note.started_at)}): "
             f"{_e(note.finding)} <small>({_e(note.oracle)})</small></li>"
             for note in model.bisects) + "</ul></section>")
+    if model.tunes:
+        parts.append("<section id=\"tunes\"><h2>Card tunes</h2><ul>" + "".join(
+            _tune_item(note) for note in model.tunes) + "</ul></section>")
     if not model.series:
         parts.append("<p>No figures stored for this branch on this hardware yet.</p>")
         return _page(title, "".join(parts))
@@ -226,3 +229,9 @@ def _page(title: str, body: str) -> str:
 
 def _e(text: str) -> str:
     return html.escape(text, quote=True)
+
+
+def _tune_item(note: TuneNote) -> str:
+    stale = '<strong>stale card</strong> (a warning): ' if note.stale else ""
+    return (f"<li>run <code>{_e(note.run_id)}</code> ({_e(note.started_at)}), card "
+            f"<code>{_e(note.card)}</code>: {stale}{_e(note.finding)}</li>")

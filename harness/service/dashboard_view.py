@@ -23,8 +23,10 @@ from harness.results.run_record import RunRecord
 from harness.service.dashboard import (
     BisectNote,
     DashboardSeries,
+    TuneNote,
     bisect_notes,
     dashboard_series,
+    tune_notes,
 )
 
 #: Series on one page: a screenful of plots the browser fetches in a second or two.
@@ -62,6 +64,8 @@ class DashboardModel:
     metrics: tuple[str, ...]
     #: The shown runs that carry a bisect, newest first.
     bisects: tuple[BisectNote, ...] = ()
+    #: The shown runs that carry a tune of their card, newest first.
+    tunes: tuple[TuneNote, ...] = ()
 
     @property
     def weight(self) -> int:
@@ -79,7 +83,7 @@ def build_model(branch: str, hardware: str, limit: int, version: str,
         by_id={s.ident: s for s in series},
         fixtures=tuple(sorted({s.key.fixture for s in series})),
         metrics=tuple(sorted({s.metric.name for s in series})),
-        bisects=bisect_notes(runs_newest_first))
+        bisects=bisect_notes(runs_newest_first), tunes=tune_notes(runs_newest_first))
 
 
 @dataclass(frozen=True)

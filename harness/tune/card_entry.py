@@ -1,0 +1,78 @@
+"""A winner as a card's ``tuned`` entry (pure; ``harness tune --write`` writes it).
+
+The entry holds the settings the winner changed and its provenance: when it was
+measured, on which build and hardware, the candidate, the values it replaces and the
+evidence (each figure's verdict with its ratio and interval). Its key is the bundle (or
+``model:ARCH``) and the context the plan ran at (planning/tuned_layer.py), so the planner
+layers it exactly where it was measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from harness.planning.tuned_layer import context_key, model_class
+from harness.results.run_record import Hardware
+from harness.tune.candidates import Candidate
+from harness.tune.winner import Measured
+
+
+def not_writable(winner: Measured) -> str | None:
+    """Why a winner cannot go into a card, or None when it can."""
+    if not winner.candidate.changes:
+        return (f"{winner.candidate.name} changes no card setting (threads are the "
+                "launcher's, not the card's): set it where the server is started")
+    return None
+
+
+def tuned_key(current: Candidate, architecture: str) -> tuple[str, str]:
+    """(bundle id or ``model:ARCH``, context) the current plan's entry goes under;
+    ``architecture``: the model's GGUF architecture."""
+    plan = current.plan
+    what = plan.catalog.id.lower() if plan.catalog else model_class(architecture)
+    # The context the planner looks the entry up at: the card's, bundle's or call's.
+    return what, context_key(plan.tune.settings.ctx_size)
+
+
+def tuned_entry(winner: Measured, current: Candidate, *, build_key: str, hardware: Hardware,
+                measured_at: str, threshold: float) -> dict[str, Any]:
+    """The ``tuned`` entry of ``winner`` (JSON-ready)."""
+    changes = dict(winner.candidate.changes)
+    return {
+        "settings": changes,
+        "provenance": {
+            "_provenance": "measured",
+            "measured": measured_at,
+            "build_key": build_key,
+            "candidate": winner.candidate.name,
+            "hardware": {"host": hardware.host, "cpu": hardware.cpu, "gpu": hardware.gpu,
+                         "vram_mib": hardware.vram_mib},
+            "replaces": {name: _plain(getattr(current.plan.spec, name)) for name in changes},
+            "threshold": threshold,
+            "evidence": [
+                {"metric": d.metric, "verdict": d.verdict.value,
+                 "ratio": None if d.interval is None else round(d.interval.ratio, 6),
+                 "low": None if d.interval is None else round(d.interval.low, 6),
+                 "high": None if d.interval is None else round(d.interval.high, 6),
+                 "pairs": d.pairs}
+                for d in winner.decisions],
+        },
+    }
+
+
+def with_tuned(config: Mapping[str, Any], key: str, ctx: str,
+               entry: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` (a card's JSON object) with ``tuned[key][ctx]`` set to ``entry``; every
+    other entry kept. A tune of a plan that already had an entry there started from it,
+    so the earlier winner's settings stay unless this one changes them."""
+    updated = dict(config)
+    tuned = {k: dict(v) for k, v in config.get("tuned", {}).items()}
+    earlier = tuned.get(key, {}).get(ctx, {}).get("settings", {})
+    tuned.setdefault(key, {})[ctx] = {**entry, "settings": {**earlier, **entry["settings"]}}
+    updated["tuned"] = tuned
+    return updated
+
+
+def _plain(value: object) -> object:
+    return getattr(value, "value", value)

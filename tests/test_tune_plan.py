@@ -1,0 +1,160 @@
+"""``harness tune``'s pure parts: the candidates the planner gives, their rank, and the
+winner rule on measured verdicts."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from harness import modelgen
+from harness.ab.decision import MetricDecision
+from harness.ab.stats import RatioInterval
+from harness.commands.plan import plan_request
+from harness.facts.build import Capabilities
+from harness.planning.decode_speed import HostBandwidth, plan_bandwidths
+from harness.planning.launch_plan import PlanRequest, plan_launch
+from harness.results.rules import AbVerdict
+from harness.tune.candidates import (
+    BATCH,
+    DIMENSIONS,
+    KV,
+    SLOTS,
+    THREADS,
+    Candidate,
+    TuneSpace,
+    parse_dimensions,
+    plan_candidates,
+)
+from harness.tune.quality import load_kv_quality, pair_quality, pair_read_cost
+from harness.tune.winner import Measured, judge
+
+STOCK = ("f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0")
+RTX_4090 = ("NVIDIA GeForce RTX 4090", 24564)
+
+
+def _request(gpu: tuple[str, int] | None = RTX_4090, **environ: str) -> PlanRequest:
+    model = modelgen.ensure_fixtures().model("bench")
+    request = plan_request(None, model, gpu_name=gpu[0] if gpu else None,
+                           vram_mib=gpu[1] if gpu else None, build=None, overrides={})
+    return replace(request, capabilities=Capabilities(cache_types_k=STOCK,
+                                                      cache_types_v=STOCK),
+                   environ=environ)
+
+
+def _space(request: PlanRequest, *, host_cores: int | None = None,
+           dimensions: tuple[str, ...] = DIMENSIONS) -> TuneSpace:
+    bandwidths = plan_bandwidths(plan_launch(request), request.gpu,
+                                 HostBandwidth(20.0, "a test's figure"))
+    return TuneSpace(request=request, weights=load_kv_quality(), bandwidths=bandwidths,
+                     host_cores=host_cores, current_threads=host_cores,
+                     dimensions=dimensions)
+
+
+def test_every_candidate_changes_one_dimension_of_the_cards_plan() -> None:
+    current, ranked = plan_candidates(_space(_request()))
+    # The 4090's card plans q8_0 K with a fork V type the stock build lacks (q4_0 then).
+    assert (current.plan.spec.cache_type_k, current.plan.spec.cache_type_v) == ("q8_0", "q4_0")
+    assert current.quality == pytest.approx(0.93)
+    names = {c.name for c in ranked}
+    assert {"kv f16", "kv q8_0", "kv q4_0", "flash-attn off", "ubatch 256", "ubatch 1024",
+            "slots 1"} <= names
+    # No threads on a GPU build; only weighted types (bf16, q4_1, q5_0 have no weight).
+    assert not any(c.dimension == THREADS for c in ranked)
+    assert not names & {"kv bf16", "kv q4_1", "kv q5_0"}
+    for candidate in ranked:
+        assert candidate.pruned is None, candidate
+        assert candidate.differs, candidate.name
+        fields = {d.split()[0] for d in candidate.differs}
+        wanted = {KV: {"cache_type_k", "cache_type_v"}, BATCH: {"batch_size", "ubatch_size"},
+                  SLOTS: {"parallel"}}.get(candidate.dimension or "")
+        if wanted is not None:
+            assert fields <= wanted, candidate.differs
+
+
+def test_rank_is_predicted_decode_times_the_kv_quality() -> None:
+    current, ranked = plan_candidates(_space(_request()))
+    scores = [c.score for c in ranked]
+    assert all(s is not None for s in scores)
+    assert scores == sorted(scores, reverse=True)  # type: ignore[type-var]
+    for candidate in ranked:
+        assert candidate.score == pytest.approx(
+            candidate.predicted_tps * candidate.quality)  # type: ignore[operator]
+    # The same prediction ties, and the dimension order breaks the tie: a batch change
+    # reads the same bytes per token as the current plan.
+    ubatch = next(c for c in ranked if c.name == "ubatch 256")
+    assert ubatch.predicted_tps == pytest.approx(current.predicted_tps)
+    # q8_0 in place of the q4_0 V: more bytes, but a better weight wins over 0.93.
+    q8 = next(c for c in ranked if c.name == "kv q8_0")
+    assert q8.quality == pytest.approx(0.99)
+    assert q8.score > ubatch.score  # type: ignore[operator]
+
+
+def test_a_candidate_a_layer_above_overrides_is_pruned_with_the_reason() -> None:
+    _, ranked = plan_candidates(_space(_request(HARNESS_LLAMA_UBATCH_SIZE="128")))
+    pruned = [c for c in ranked if c.dimension == BATCH]
+    assert pruned
+    assert all(c.pruned for c in pruned)
+    assert "environment" in str(pruned[0].pruned)
+    assert ranked[-1].pruned is not None  # pruned ones come last
+
+
+def test_a_host_build_tries_threads_and_the_dimensions_can_be_chosen() -> None:
+    space = _space(_request(gpu=None), host_cores=8, dimensions=parse_dimensions(["threads"]))
+    current, ranked = plan_candidates(space)
+    assert current.threads == 8
+    assert [c.name for c in ranked] == ["threads 4", "threads 7"]
+    assert ranked[0].differs == ("threads 8 -> 4",)
+    assert parse_dimensions(["kv,batch", "slots"]) == (KV, BATCH, SLOTS)
+    with pytest.raises(ValueError, match="threadz: not a dimension"):
+        parse_dimensions(["threadz"])
+
+
+def test_the_quality_table_is_seed_004s() -> None:
+    weights = load_kv_quality()
+    assert [(w.name, w.quality, w.read_cost) for w in weights.values()] == [
+        ("f16", 1.0, 1.0), ("q8_0", 0.99, 1.0), ("q4_0", 0.93, 12.0)]
+    assert pair_quality(weights, "q8_0", "q4_0") == 0.93
+    assert pair_quality(weights, "q8_0", "q4_polar") is None
+    assert pair_read_cost(weights, "f16", "q4_0") == 6.5
+
+
+# --- the winner rule -----------------------------------------------------------------
+
+
+def _decision(metric: str, verdict: AbVerdict, low: float, high: float) -> MetricDecision:
+    return MetricDecision(metric=metric, verdict=verdict,
+                          interval=RatioInterval((low + high) / 2, low, high, 0.95, 8),
+                          baseline_median=1.0, candidate_median=1.0, pairs=8)
+
+
+def _measured(name: str, *decisions: MetricDecision, error: str | None = None) -> Measured:
+    current, _ = plan_candidates(_space(_request(), dimensions=(SLOTS,)))
+    candidate: Candidate = replace(current, name=name, differs=(f"{name} changed",))
+    return Measured(candidate, decisions=decisions, error=error)
+
+
+def test_a_winner_needs_a_whole_interval_past_the_threshold_and_nothing_slower() -> None:
+    faster = _measured("a", _decision("prompt_tps", AbVerdict.IMPROVED, 1.8, 2.2),
+                       _decision("decode_tps", AbVerdict.UNKNOWN, 0.97, 1.04))
+    much_faster = _measured("b", _decision("decode_tps", AbVerdict.IMPROVED, 1.2, 1.3),
+                            _decision("ttft_ms", AbVerdict.IMPROVED, 0.4, 0.5))
+    traded = _measured("c", _decision("prompt_tps", AbVerdict.IMPROVED, 3.0, 4.0),
+                       _decision("decode_tps", AbVerdict.REGRESSED, 0.5, 0.6))
+    failed = _measured("d", error="the candidate server exited")
+    verdict = judge([faster, much_faster, traded, failed], 0.05)
+    assert verdict.winner is much_faster  # 1.2 x (1 / 0.5) = 2.4 beats 1.8
+    assert [m.candidate.name for m in verdict.better] == ["b", "a"]
+    assert (traded.verdict, failed.verdict, faster.verdict) == ("worse", "failed", "better")
+    assert "decode_tps x1.200 or more" in verdict.summary
+
+
+def test_overlapping_intervals_never_make_a_winner() -> None:
+    close = _measured("a", _decision("decode_tps", AbVerdict.UNKNOWN, 0.99, 1.09),
+                      _decision("prompt_tps", AbVerdict.UNCHANGED, 0.98, 1.02))
+    same = _measured("b", _decision("decode_tps", AbVerdict.UNCHANGED, 0.99, 1.01))
+    verdict = judge([close, same], 0.05)
+    assert verdict.holds
+    assert verdict.better == ()
+    assert verdict.summary.startswith("the current plan holds: none of the 2 candidates")
+    assert (close.verdict, same.verdict) == ("undecided", "same")

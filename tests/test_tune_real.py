@@ -1,0 +1,121 @@
+"""``harness tune`` on the real CPU build: a card with a poor micro-batch is beaten by
+the candidate that fixes it, and a card already at its best holds.
+
+The card is a test card in its own config folder (``--configs``), named by ``--gpu``
+like any card; the CPU build runs its plan (the GPU fields are inert there). A 256-token
+prompt at ``--ubatch-size 4`` is 64 graph evaluations where the first candidate (256)
+needs one, so the prompt figure moves far past the threshold (measured here: x3.8,
+interval 2.9-4.4, beside a compiling build); at llama.cpp's own 512 that candidate is
+one evaluation as well and cannot be 5 % faster.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import modelgen
+from harness.ab.design_check import VALIDATION_ENV
+from harness.builds.under_test import BuildUnderTest
+from harness.probes.gpu_configs import GPU_CONFIG_DIR
+
+HARNESS = str(Path(sys.executable).with_name("harness"))
+#: One word: the nightly test passes it in a word list (HARNESS_NIGHTLY_TUNE_ARGS).
+CARD_NAME = "TuneTestCard"
+
+
+@pytest.fixture(autouse=True)
+def own_validation_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No design calibration of this host reaches the test's comparisons."""
+    monkeypatch.setenv(VALIDATION_ENV, str(tmp_path / "ab-validation.json"))
+
+
+def card_folder(folder: Path, *, batch: int, ubatch: int) -> Path:
+    """The packaged cards plus ``tune-test``: the 4090's card with a small context, one
+    slot, f16 caches, and the batch sizes asked."""
+    shutil.copytree(GPU_CONFIG_DIR, folder)
+    card = json.loads((folder / "rtx-4090.json").read_text())
+    card["llama_server_flags"].update(
+        ctx_size=2048, parallel=1, batch_size=batch, ubatch_size=ubatch,
+        cache_type_k="f16", cache_type_v="f16", flash_attn="on", load_mode="auto")
+    card.update(name="tune-test", match=[CARD_NAME],
+                description="A test card whose batch sizes the test chooses.")
+    (folder / "tune-test.json").write_text(json.dumps(card, indent=2) + "\n")
+    return folder
+
+
+def _tune(build: BuildUnderTest, configs: Path, *args: str) -> dict[str, Any]:
+    assert build.info is not None
+    model = modelgen.ensure_fixtures().model("bench")
+    done = subprocess.run(
+        [HARNESS, "tune", "--model", str(model), "--gpu", CARD_NAME, "--vram-mib", "24564",
+         "--configs", str(configs), "--build", build.info.key, "--vary", "batch", "--json",
+         *args], capture_output=True, text=True, timeout=400, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data: dict[str, Any] = json.loads(done.stdout)
+    return data
+
+
+def _row(data: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(row for row in data["candidates"] if row["name"] == name)
+
+
+@pytest.mark.server
+@pytest.mark.alone
+def test_a_card_with_a_poor_micro_batch_is_beaten_by_the_measured_fix(
+        harness_build: BuildUnderTest, tmp_path: Path) -> None:
+    configs = card_folder(tmp_path / "configs", batch=4, ubatch=4)
+    data = _tune(harness_build, configs, "--top", "1", "--budget-s", "150",
+                 "--metric", "prompt_tps", "--n-prompt", "256", "--seed", "7", "--write")
+    assert "--ubatch-size" in data["current"]["argv"]
+    assert data["current"]["argv"][data["current"]["argv"].index("--ubatch-size") + 1] == "4"
+    winner = _row(data, "ubatch 256")
+    assert data["winner"] == "ubatch 256", json.dumps(winner["measured"], indent=1)[:3000]
+    assert winner["differs"] == ["batch_size 4 -> 256", "ubatch_size 4 -> 256"]
+    prompt = next(d for d in winner["measured"]["decisions"] if d["metric"] == "prompt_tps")
+    assert prompt["verdict"] == "improved"
+    assert prompt["low"] > 1 / 0.95
+    # Every sample is there: both arms, whole pairs.
+    samples = winner["measured"]["samples"]
+    assert len(samples) >= 2 * prompt["pairs"]
+    assert {s["arm"] for s in samples} == {"baseline", "candidate"}
+    # The candidates the budget and --top left out say so; nothing else was measured.
+    assert [row["name"] for row in data["candidates"] if row["measured"]] == ["ubatch 256"]
+    assert "beats the current plan" in data["summary"]
+    # --write put it in the card, and the next plan uses it as the tuned layer.
+    assert data["written"] == str(configs / "tune-test.json")
+    entry = json.loads((configs / "tune-test.json").read_text())["tuned"]["model:llama"]["2048"]
+    assert entry["settings"] == {"batch_size": 256, "ubatch_size": 256}
+    assert entry["provenance"]["build_key"] == data["build_key"]
+    assert entry["provenance"]["replaces"] == {"batch_size": 4, "ubatch_size": 4}
+    planned = subprocess.run(
+        [HARNESS, "plan", "--model", str(modelgen.ensure_fixtures().model("bench")),
+         "--gpu", CARD_NAME, "--vram-mib", "24564", "--configs", str(configs), "--json"],
+        capture_output=True, text=True, timeout=120, check=True)
+    fields = json.loads(planned.stdout)["fields"]
+    assert fields["ubatch_size"] == {"value": 256, "origin": "tuned"}
+    assert fields["batch_size"] == {"value": 256, "origin": "tuned"}
+
+
+@pytest.mark.server
+@pytest.mark.alone
+def test_a_card_at_its_best_holds_across_runs(harness_build: BuildUnderTest,
+                                              tmp_path: Path) -> None:
+    configs = card_folder(tmp_path / "configs", batch=2048, ubatch=512)
+    for seed in ("1", "2"):
+        data = _tune(harness_build, configs, "--top", "1", "--budget-s", "45",
+                     "--metric", "prompt_tps", "--n-prompt", "256", "--seed", seed)
+        measured = [row for row in data["candidates"] if row["measured"]]
+        assert measured, data["summary"]
+        assert data["winner"] is None, data["summary"]
+        assert data["holds"]
+        assert data["summary"].startswith("the current plan holds")
+        for row in measured:
+            assert row["measured"]["error"] is None
+            assert row["measured"]["verdict"] != "better"
