@@ -42,7 +42,7 @@ def test_a_stale_card_is_reported_to_the_service_without_failing_the_night(
         "HARNESS_NIGHTLY_TUNE": "1",
         "HARNESS_NIGHTLY_TUNE_ARGS": (
             f"--model {model} --configs {configs} --gpu {CARD_NAME} --vram-mib 24564 "
-            "--vary batch --metric prompt_tps --n-prompt 256 --budget-s 160 --seed 7"),
+            "--vary batch --metric prompt_tps --n-prompt 256 --budget-s 300 --seed 7"),
         VALIDATION_ENV: str(tmp_path / "ab-validation.json"),
     })
     done = subprocess.run([str(GATE), "cpu", "-k", "smoke"], env=env, capture_output=True,
@@ -59,7 +59,8 @@ def test_a_stale_card_is_reported_to_the_service_without_failing_the_night(
         assert tune["stale"] is True
         assert tune["check"] is True
         assert tune["card"] == "tune-test"
-        assert tune["winner"]["name"] == "ubatch 256"
+        # Both alternatives run a 256-token prompt in one micro-batch: either may win.
+        assert tune["winner"]["name"] in {"ubatch 256", "ubatch 512"}
         assert [f["verdict"] for f in tune["winner"]["figures"]] == ["improved"]
         # --check measured the plan against its two best alternatives.
         measured = [c for c in tune["candidates"] if c["figures"]]
@@ -69,4 +70,4 @@ def test_a_stale_card_is_reported_to_the_service_without_failing_the_night(
                                                 "hardware": hardware})
     assert page.status_code == 200
     assert "<strong>stale card</strong> (a warning)" in page.text
-    assert "ubatch 256" in page.text
+    assert f"stale: {tune['winner']['name']}" in page.text

@@ -71,7 +71,7 @@ def _row(data: dict[str, Any], name: str) -> dict[str, Any]:
 def test_a_card_with_a_poor_micro_batch_is_beaten_by_the_measured_fix(
         harness_build: BuildUnderTest, tmp_path: Path) -> None:
     configs = card_folder(tmp_path / "configs", batch=4, ubatch=4)
-    data = _tune(harness_build, configs, "--top", "1", "--budget-s", "150",
+    data = _tune(harness_build, configs, "--top", "1", "--budget-s", "240",
                  "--metric", "prompt_tps", "--n-prompt", "256", "--seed", "7", "--write")
     assert "--ubatch-size" in data["current"]["argv"]
     assert data["current"]["argv"][data["current"]["argv"].index("--ubatch-size") + 1] == "4"

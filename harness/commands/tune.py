@@ -153,8 +153,8 @@ def tune_command(*, bundle: Path | None, model: Path | None, gpu_name: str | Non
     card = current.plan.tune.label or "none"
     key, ctx = tuned_key(current, request.model.architecture)
     if check:
-        out.print(f"stale card: {card}'s plan for {key} at context {ctx} is beaten "
-                  f"(a warning; nothing fails)" if verdict.winner else
+        out.print(f"stale card: {card}'s plan for {key} at context {ctx} is beaten: "
+                  f"{verdict.summary} (a warning; nothing fails)" if verdict.winner else
                   f"card {card} holds for {key} at context {ctx}", highlight=False,
                   markup=False)
     if record is not None:
@@ -169,8 +169,8 @@ def tune_command(*, bundle: Path | None, model: Path | None, gpu_name: str | Non
     if as_json:
         meta: dict[str, Any] = {"build_key": info.key, "backend": info.backend.value,
                                 "model": str(request.model_path), "threshold": threshold,
-                                "budget_s": budget_s, "design": "interleaved", "n_prompt": n_prompt,
-                                "gpu": gpu_name, "vram_mib": vram_mib,
+                                "budget_s": budget_s, "design": "interleaved",
+                                "n_prompt": n_prompt, "gpu": gpu_name, "vram_mib": vram_mib,
                                 "written": None if written is None else str(written)}
         json.dump(tune_json(current, ranked, measured, verdict, binary=str(binary),
                             meta=meta), sys.stdout, indent=2)
