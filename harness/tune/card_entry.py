@@ -15,6 +15,7 @@ from typing import Any
 from harness.planning.tuned_layer import context_key, model_class
 from harness.results.run_record import Hardware
 from harness.tune.candidates import Candidate
+from harness.tune.tune_record import figures_json
 from harness.tune.winner import Measured
 
 
@@ -50,13 +51,7 @@ def tuned_entry(winner: Measured, current: Candidate, *, build_key: str, hardwar
                          "vram_mib": hardware.vram_mib},
             "replaces": {name: _plain(getattr(current.plan.spec, name)) for name in changes},
             "threshold": threshold,
-            "evidence": [
-                {"metric": d.metric, "verdict": d.verdict.value,
-                 "ratio": None if d.interval is None else round(d.interval.ratio, 6),
-                 "low": None if d.interval is None else round(d.interval.low, 6),
-                 "high": None if d.interval is None else round(d.interval.high, 6),
-                 "pairs": d.pairs}
-                for d in winner.decisions],
+            "evidence": figures_json(winner.decisions),
         },
     }
 
