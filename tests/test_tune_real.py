@@ -109,7 +109,7 @@ def test_a_card_at_its_best_holds_across_runs(harness_build: BuildUnderTest,
                                               tmp_path: Path) -> None:
     configs = card_folder(tmp_path / "configs", batch=2048, ubatch=512)
     for seed in ("1", "2"):
-        data = _tune(harness_build, configs, "--top", "1", "--budget-s", "45",
+        data = _tune(harness_build, configs, "--top", "1", "--budget-s", "30",
                      "--metric", "prompt_tps", "--n-prompt", "256", "--seed", seed)
         measured = [row for row in data["candidates"] if row["measured"]]
         assert measured, data["summary"]

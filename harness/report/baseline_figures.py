@@ -13,8 +13,6 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 
-from matplotlib.figure import Figure
-
 from harness.report.global_attachments import GlobalAttachment
 from harness.results.comparison import FigureResult, compare_figures
 from harness.results.noise_rule import DEFAULT_NOISE_RULE, NoiseRule
@@ -52,6 +50,10 @@ def figures_png(results: Sequence[FigureResult], run: RunRecord, baseline_runs: 
     """A horizontal bar per figure: its change from the baseline mean, in percent."""
     ordered = sorted(results, key=lambda r: (r.metric, r.label))
     height = max(2.5, 0.28 * len(ordered) + 1.2)
+    # Imported here: matplotlib costs every ``harness run`` and ``harness report`` about
+    # 0.7 s to import, and only a run with a baseline draws.
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
     figure = Figure(figsize=(9, height), layout="constrained")
     axes = figure.add_subplot()
     changes = [100 * (r.judgement.change or 0.0) for r in ordered]
