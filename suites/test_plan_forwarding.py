@@ -53,6 +53,8 @@ FORWARDED = ("ctx_size", "parallel", "batch_size", "ubatch_size", "cache_type_k"
 #: (id, fixture, per-call settings, extra PlanRequest fields)
 MATRIX: list[tuple[str, str, dict[str, object], dict[str, object]]] = [
     ("dense-defaults", "dense", {}, {}),
+    # No -c with 2 slots: the fit step gives each its own training context (the pin).
+    ("dense-np2-unset-ctx", "dense", {"parallel": 2}, {}),
     ("dense-ctx1024-np2", "dense", {"ctx_size": 1024, "parallel": 2}, {}),
     ("dense-ctx768-np3", "dense", {"ctx_size": 768, "parallel": 3}, {}),
     ("dense-batch256-ubatch64", "dense", {"ctx_size": 512, "batch_size": 256,

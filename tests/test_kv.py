@@ -205,7 +205,11 @@ CTX_CASES = {
     "c1000-np3-rounds-per-slot": CtxCase(KvRequest(ctx_size=1000, parallel=3), 1536, 512, (3, 3)),
     "c100000-np1-pads-to-256": CtxCase(KvRequest(ctx_size=100000, parallel=1), 100096, 100096,
                                        (1, 1)),
-    "c0-is-the-training-context": CtxCase(KvRequest(ctx_size=0, parallel=2), 4096, 2048, (2, 2)),
+    # -c 0 leaves the context to the fit step: the training context per stream, so each of
+    # two slots gets 4096 (the pin logs n_ctx_slot = 4096; with -fit off it was 2048).
+    "c0-np2-is-a-training-context-a-stream": CtxCase(KvRequest(ctx_size=0, parallel=2), 8192,
+                                                     4096, (2, 2)),
+    "unset-auto-np-is-one-training-context": CtxCase(KvRequest(), 4096, 4096, (4, 1)),
     "np2-kvu-shares-one-stream": CtxCase(KvRequest(ctx_size=700, parallel=2, kv_unified=True),
                                          768, 768, (2, 1)),
 }
@@ -493,3 +497,44 @@ def test_a_plan_is_its_slope_times_the_cells_plus_its_fixed_part(launch: Launch,
     assert plan.total_bytes == (plan.bytes_per_token * plan.n_ctx_seq * plan.n_stream
                                 + plan.fixed_bytes)
     assert plan.k_bytes + plan.v_bytes == sum(c.total_bytes for c in plan.caches)
+
+
+#: (release, slots, unified) -> cells of the one stream (or of each) for a launch without -c
+#: of the 'dense' fixture (training context 4096). The fit rules' ends were read in each
+#: release's common/fit.cpp; b11104's 16384 cells at the auto -np is what the release matrix
+#: measured (README), where the pin logs 4096.
+UNSET_CONTEXT_CASES = [
+    (None, None, 4096 * 1),          # the pin: auto -np (4 slots, unified), one context
+    (11434, 2, 4096),                # the pin's release: -np 2, one context a slot
+    (11205, None, 4096),             # the first release that sized per stream again
+    (11200, None, 4096 * 4),         # the last that sized per sequence
+    (11104, None, 4096 * 4),         # the release matrix's row: 16384 cells
+    (11003, None, 4096 * 4),         # the first that did
+    (10991, None, 4096),             # the last before it: per stream
+    (11104, 2, 4096),                # without a unified cache every window agrees
+    (10588, 2, 4096),                # the first release whose fit sized the context at all
+    (10581, 2, 2048),                # the last before: one context split between the slots
+    (10581, None, 4096),             # ... which a unified cache never noticed
+]
+
+
+@pytest.mark.parametrize(("release", "parallel", "cells"), UNSET_CONTEXT_CASES)
+def test_the_context_of_a_launch_without_c_follows_the_release(
+        release: int | None, parallel: int | None, cells: int) -> None:
+    dense = facts(block_count=2, head_count_kv=(2, 2), key_length=16, value_length=16)
+    plan = plan_kv(layout_from_facts(dense, release), KvRequest(parallel=parallel))
+    (cache,) = plan.caches
+    assert cache.cells == cells
+
+
+@pytest.mark.parametrize(("release", "parallel"), [(11202, None), (10585, 2)])
+def test_a_release_inside_a_fit_window_is_not_modelled_only_where_it_matters(
+        release: int, parallel: int | None) -> None:
+    dense = facts(block_count=2, head_count_kv=(2, 2), key_length=16, value_length=16)
+    layout = layout_from_facts(dense, release)
+    with pytest.raises(NotModelled, match=rf"not modelled for release {release}: "
+                                          r"'an unset context is sized per"):
+        plan_kv(layout, KvRequest(parallel=parallel))
+    # With -c, or with one slot, no rule decides it: the plan stands.
+    assert plan_kv(layout, KvRequest(ctx_size=1024, parallel=parallel)).n_ctx == 1024
+    assert plan_kv(layout, KvRequest(parallel=1)).n_ctx == 4096

@@ -48,7 +48,12 @@ import gguf
 from harness.errors import ConfigError
 from harness.facts.gpu import STOCK_CACHE_TYPES, FlashAttn
 from harness.facts.model_facts import ModelFacts
-from harness.planning.release_rules import OLD_MTP_KV_FILTERED, Rule, has
+from harness.planning.release_rules import (
+    OLD_MTP_KV_FILTERED,
+    Rule,
+    has,
+    unset_context_slots,
+)
 
 #: The ``-ctk``/``-ctv`` values a stock llama-server accepts, in its order.
 SERVER_CACHE_TYPES = STOCK_CACHE_TYPES
@@ -174,6 +179,9 @@ class KvLayout:
     window: int | None = None
     #: f32 values one recurrent layer keeps per row: n_embd_r() + n_embd_s().
     recurrent_row: int = 0
+    #: The llama.cpp release the layout is for (None: the pin), for the rules that apply
+    #: only to some launches (harness/planning/release_rules.py).
+    release: int | None = None
 
     @property
     def v_width_max(self) -> int:
@@ -230,7 +238,7 @@ def layout_from_facts(facts: ModelFacts, release: int | None = None) -> KvLayout
     name = (f"{facts.architecture} {PurePath(facts.path).name}" if facts.path
             else facts.architecture)
     return KvLayout(name, facts.context_length, tuple(layers), trunk,
-                    facts.sliding_window, recurrent_row)
+                    facts.sliding_window, recurrent_row, release)
 
 
 def _flag(flags: Sequence[bool], il: int) -> bool:
@@ -337,6 +345,14 @@ class KvPlan:
         raise KeyError(f"this plan has no {role.value} cache")
 
 
+def unset_context(layout: KvLayout, n_seq: int, unified: bool) -> int:
+    """The context a launch without ``-c`` gets: in the pin, common/fit.cpp (``-fit on``,
+    the default, which plans never change) gives the training context per KV stream
+    (``-np N`` without a unified cache: one a slot); other releases follow the fit rules
+    of harness/planning/release_rules.py."""
+    return layout.train_context * unset_context_slots(layout.release, n_seq, unified)
+
+
 def plan_kv(layout: KvLayout, request: KvRequest,
             fork_types: Iterable[CacheTypeSpec] = ()) -> KvPlan:
     """Size the K/V caches llama-server creates for ``layout`` launched with ``request``."""
@@ -349,7 +365,7 @@ def plan_kv(layout: KvLayout, request: KvRequest,
         raise ConfigError("-np 0 is refused by llama-server; use a positive slot count")
     else:
         n_seq, unified = request.parallel, bool(request.kv_unified)
-    n_ctx = request.ctx_size or layout.train_context
+    n_ctx = request.ctx_size or unset_context(layout, n_seq, unified)
     n_batch = min(n_ctx, request.batch_size or DEFAULT_BATCH)
     n_ubatch = min(n_batch, request.ubatch_size or DEFAULT_UBATCH)
     n_ctx = _pad(n_ctx, CTX_PAD)

@@ -26,6 +26,23 @@ class Rule(enum.StrEnum):
     #: Before it the block was loaded but unused, and a draft-mtp start reached the graph
     #: builder's "This GGUF does not support multimodal" abort (SIGABRT).
     GLM4MOE_DRAFT_MTP = "glm4moe-draft-mtp"
+    #: common/fit.cpp (``-fit on``, the default) resolves an unset context (no ``-c``)
+    #: before the model loads: the training context per KV stream, so ``-np N`` without a
+    #: unified cache gets N of them, one a slot. Before it the context stayed unset and
+    #: llama_context split one training context between the slots.
+    FIT_CTX_PER_STREAM = "fit-ctx-per-stream"
+    #: The fit step gave every sequence a training context, unified or not: an auto
+    #: ``-np`` (4 slots, one unified stream) got 4 x the training context.
+    #: FIT_CTX_PER_STREAM_AGAIN ends that window.
+    FIT_CTX_PER_SEQUENCE = "fit-ctx-per-sequence"
+    #: The fit step sizes an unset context per KV stream again (the pin's behaviour).
+    FIT_CTX_PER_STREAM_AGAIN = "fit-ctx-per-stream-again"
+
+
+#: The fit rules' ends, read in each release's common/fit.cpp (its ``n_ctx_max``).
+FIT_LAST_UNSIZED, FIT_FIRST_PER_STREAM = 10581, 10588
+FIT_LAST_PER_STREAM, FIT_FIRST_PER_SEQUENCE = 10991, 11003
+FIT_LAST_PER_SEQUENCE, FIT_FIRST_PER_STREAM_AGAIN = 11200, 11205
 
 
 @dataclass(frozen=True)
@@ -43,6 +60,15 @@ RULES: dict[Rule, ReleaseRule] = {r.rule: r for r in (
                 "MTP blocks own no K/V cells in the main context"),
     ReleaseRule(Rule.GLM4MOE_DRAFT_MTP, 10593, 10603,
                 "glm4moe runs its MTP block for --spec-type draft-mtp"),
+    ReleaseRule(Rule.FIT_CTX_PER_STREAM, FIT_LAST_UNSIZED, FIT_FIRST_PER_STREAM,
+                "an unset context is sized per KV stream (the training context a slot "
+                "without a unified KV cache)"),
+    ReleaseRule(Rule.FIT_CTX_PER_SEQUENCE, FIT_LAST_PER_STREAM, FIT_FIRST_PER_SEQUENCE,
+                "an unset context is sized per sequence (the training context x the "
+                "slots with a unified KV cache)"),
+    ReleaseRule(Rule.FIT_CTX_PER_STREAM_AGAIN, FIT_LAST_PER_SEQUENCE,
+                FIT_FIRST_PER_STREAM_AGAIN, "an unset context is sized per KV stream again "
+                "(one training context with a unified KV cache)"),
 )}
 
 #: The architectures whose MTP blocks owned no K/V before MTP_KV_EVERY_ARCH (GGUF names).
@@ -75,6 +101,19 @@ def has(rule: Rule, release: int | None) -> bool:
     if release <= found.last_without:
         return False
     raise NotModelled(found, release)
+
+
+def unset_context_slots(release: int | None, n_seq: int, unified: bool) -> int:
+    """How many training contexts ``release`` gives a launch of ``n_seq`` slots without
+    ``-c`` and with the fit step on; raises NotModelled for a release between the ends
+    of a rule that decides it. One slot: one context in every release."""
+    if n_seq <= 1:
+        return 1
+    if unified:
+        per_sequence = (has(Rule.FIT_CTX_PER_SEQUENCE, release)
+                        and not has(Rule.FIT_CTX_PER_STREAM_AGAIN, release))
+        return n_seq if per_sequence else 1
+    return n_seq if has(Rule.FIT_CTX_PER_STREAM, release) else 1
 
 
 #: What a release before GLM4MOE_DRAFT_MTP cannot run, as the plan names it.
