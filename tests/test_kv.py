@@ -499,10 +499,13 @@ def test_a_plan_is_its_slope_times_the_cells_plus_its_fixed_part(launch: Launch,
     assert plan.k_bytes + plan.v_bytes == sum(c.total_bytes for c in plan.caches)
 
 
-#: (release, slots, unified) -> cells of the one stream (or of each) for a launch without -c
-#: of the 'dense' fixture (training context 4096). The fit rules' ends were read in each
-#: release's common/fit.cpp; b11104's 16384 cells at the auto -np is what the release matrix
-#: measured (README), where the pin logs 4096.
+#: The 'dense' fixture's facts (DENSE is its layout as the pin builds it).
+DENSE_FACTS = facts(block_count=2, head_count_kv=(2, 2), key_length=16, value_length=16)
+
+#: (release, -np (None: auto, 4 unified slots), cells of the stream or of each) for a
+#: launch without -c of the 'dense' fixture (training context 4096). The fit rules' ends
+#: were read in each release's common/fit.cpp; b11104's 16384 cells at the auto -np is
+#: what the release matrix measured (README), where the pin logs 4096.
 UNSET_CONTEXT_CASES = [
     (None, None, 4096 * 1),          # the pin: auto -np (4 slots, unified), one context
     (11434, 2, 4096),                # the pin's release: -np 2, one context a slot
@@ -521,8 +524,7 @@ UNSET_CONTEXT_CASES = [
 @pytest.mark.parametrize(("release", "parallel", "cells"), UNSET_CONTEXT_CASES)
 def test_the_context_of_a_launch_without_c_follows_the_release(
         release: int | None, parallel: int | None, cells: int) -> None:
-    dense = facts(block_count=2, head_count_kv=(2, 2), key_length=16, value_length=16)
-    plan = plan_kv(layout_from_facts(dense, release), KvRequest(parallel=parallel))
+    plan = plan_kv(layout_from_facts(DENSE_FACTS, release), KvRequest(parallel=parallel))
     (cache,) = plan.caches
     assert cache.cells == cells
 
@@ -530,8 +532,7 @@ def test_the_context_of_a_launch_without_c_follows_the_release(
 @pytest.mark.parametrize(("release", "parallel"), [(11202, None), (10585, 2)])
 def test_a_release_inside_a_fit_window_is_not_modelled_only_where_it_matters(
         release: int, parallel: int | None) -> None:
-    dense = facts(block_count=2, head_count_kv=(2, 2), key_length=16, value_length=16)
-    layout = layout_from_facts(dense, release)
+    layout = layout_from_facts(DENSE_FACTS, release)
     with pytest.raises(NotModelled, match=rf"not modelled for release {release}: "
                                           r"'an unset context is sized per"):
         plan_kv(layout, KvRequest(parallel=parallel))

@@ -7,6 +7,7 @@ module and nothing else. Modules starting with ``_`` hold what commands share.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 import sys
@@ -19,8 +20,10 @@ from harness.errors import HarnessError
 console = Console(stderr=True)
 
 
+@functools.cache
 def command_modules() -> tuple[str, ...]:
-    """The names of this package's command modules, sorted."""
+    """The names of this package's command modules, sorted (read once: the group asks for
+    them on every command it looks up)."""
     return tuple(sorted(info.name for info in pkgutil.iter_modules(__path__)
                         if not info.name.startswith("_")))
 

@@ -39,11 +39,6 @@ class Rule(enum.StrEnum):
     FIT_CTX_PER_STREAM_AGAIN = "fit-ctx-per-stream-again"
 
 
-#: The fit rules' ends, read in each release's common/fit.cpp (its ``n_ctx_max``).
-FIT_LAST_UNSIZED, FIT_FIRST_PER_STREAM = 10581, 10588
-FIT_LAST_PER_STREAM, FIT_FIRST_PER_SEQUENCE = 10991, 11003
-FIT_LAST_PER_SEQUENCE, FIT_FIRST_PER_STREAM_AGAIN = 11200, 11205
-
 
 @dataclass(frozen=True)
 class ReleaseRule:
@@ -60,15 +55,16 @@ RULES: dict[Rule, ReleaseRule] = {r.rule: r for r in (
                 "MTP blocks own no K/V cells in the main context"),
     ReleaseRule(Rule.GLM4MOE_DRAFT_MTP, 10593, 10603,
                 "glm4moe runs its MTP block for --spec-type draft-mtp"),
-    ReleaseRule(Rule.FIT_CTX_PER_STREAM, FIT_LAST_UNSIZED, FIT_FIRST_PER_STREAM,
+    # The fit rules' ends were read in each release's common/fit.cpp (its ``n_ctx_max``).
+    ReleaseRule(Rule.FIT_CTX_PER_STREAM, 10581, 10588,
                 "an unset context is sized per KV stream (the training context a slot "
                 "without a unified KV cache)"),
-    ReleaseRule(Rule.FIT_CTX_PER_SEQUENCE, FIT_LAST_PER_STREAM, FIT_FIRST_PER_SEQUENCE,
+    ReleaseRule(Rule.FIT_CTX_PER_SEQUENCE, 10991, 11003,
                 "an unset context is sized per sequence (the training context x the "
                 "slots with a unified KV cache)"),
-    ReleaseRule(Rule.FIT_CTX_PER_STREAM_AGAIN, FIT_LAST_PER_SEQUENCE,
-                FIT_FIRST_PER_STREAM_AGAIN, "an unset context is sized per KV stream again "
-                "(one training context with a unified KV cache)"),
+    ReleaseRule(Rule.FIT_CTX_PER_STREAM_AGAIN, 11200, 11205,
+                "an unset context is sized per KV stream again (one training context "
+                "with a unified KV cache)"),
 )}
 
 #: The architectures whose MTP blocks owned no K/V before MTP_KV_EVERY_ARCH (GGUF names).
