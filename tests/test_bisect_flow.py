@@ -44,16 +44,22 @@ def _commit(tree: Path, subject: str) -> str:
     return _git(tree, "rev-parse", "HEAD")
 
 
+def _flag_versions(server: Path) -> tuple[str, str]:
+    """The stand-in server's source without and with ``--ubatch-size`` in its help."""
+    original = server.read_text()
+    with_flag = original.replace('        return 0;\n    }\n    return 1;',
+                                 f'        {FLAG_LINE}\n        return 0;\n    }}\n    return 1;')
+    assert with_flag != original
+    return original, with_flag
+
+
 @pytest.fixture
 def history(tmp_path: Path) -> tuple[Path, list[str]]:
     """base (good), docs, build broken, build fixed, flag dropped (the culprit), docs."""
     tree = tmp_path / "llama.cpp"
     shutil.copytree(FAKE_TREE, tree)
     server = tree / "tools" / "server" / "server.c"
-    original = server.read_text()
-    with_flag = original.replace('        return 0;\n    }\n    return 1;',
-                                 f'        {FLAG_LINE}\n        return 0;\n    }}\n    return 1;')
-    assert with_flag != original
+    original, with_flag = _flag_versions(server)
     _git(tree, "init", "-q", "-b", "main")
     server.write_text(with_flag)
     shas = [_commit(tree, "base: the server lists --ubatch-size")]
@@ -68,6 +74,48 @@ def history(tmp_path: Path) -> tuple[Path, list[str]]:
     (tree / "README.md").write_text("more docs\n")
     shas.append(_commit(tree, "docs: more"))
     return tree, shas
+
+
+@pytest.fixture
+def merged(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A main line that drops the flag, and a side branch that never did, merged.
+
+    ``git log --reverse --topo-order`` lists main's two commits first, then the side
+    branch's four: read as a line, a side commit probed good would clear main's culprit
+    listed before it and the merge would be blamed."""
+    tree = tmp_path / "merged"
+    shutil.copytree(FAKE_TREE, tree)
+    server = tree / "tools" / "server" / "server.c"
+    original, with_flag = _flag_versions(server)
+    server.write_text(with_flag)
+    _git(tree, "init", "-q", "-b", "main")
+    shas = {"base": _commit(tree, "base: the server lists --ubatch-size")}
+    _git(tree, "checkout", "-q", "-b", "side")
+    for number in (1, 2, 3, 4):
+        (tree / "SIDE.md").write_text(f"side {number}\n")
+        shas[f"side-{number}"] = _commit(tree, f"side: docs {number}")
+    _git(tree, "checkout", "-q", "main")
+    (tree / "MAIN.md").write_text("main\n")
+    shas["main-1"] = _commit(tree, "main: docs")
+    server.write_text(original)
+    shas["culprit"] = _commit(tree, "main: drop --ubatch-size")
+    _git(tree, "merge", "-q", "--no-ff", "-m", "merge side", "side")
+    (tree / "MAIN.md").write_text("after\n")
+    shas["bad"] = _commit(tree, "main: docs after the merge")
+    return tree, shas
+
+
+def test_a_merged_side_branch_is_searched_as_a_graph(
+        tmp_path: Path, merged: tuple[Path, dict[str, str]]) -> None:
+    """A side commit judged good clears only its own ancestors, as in git bisect."""
+    tree, shas = merged
+    done = _bisect(tmp_path, tree, "--good", shas["base"], "--bad", "main", "--script",
+                   ORACLE, "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["first_bad"]["sha"] == shas["culprit"]
+    verdicts = {p["commit"]: p["verdict"] for p in result["probes"]}
+    assert "good" in {verdicts.get(shas[f"side-{n}"]) for n in (1, 2, 3, 4)}
 
 
 def _bisect(tmp_path: Path, tree: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -20,7 +20,7 @@ from harness.bisect.history import Commit
 from harness.bisect.journal import Header, Journal, Probe
 from harness.bisect.oracles import Oracle, ProbeContext
 from harness.bisect.ranges import CommitRange
-from harness.bisect.search import Verdict, Window, next_probe, window
+from harness.bisect.search import Parents, Verdict, Window, next_probe, window
 from harness.builds.native import BuildResult, build_server
 from harness.errors import BuildError, ConfigError
 from harness.facts.commit_ids import short_commit
@@ -109,6 +109,8 @@ def bisect(settings: BisectSettings, *, report: ProbeReport = lambda probe, stat
     """Run the bisect ``settings`` describe, resuming from its journal; ``starting`` and
     ``report`` hear of each probe before it is built and once it is judged."""
     history = tuple(settings.range.commits())
+    parents = settings.range.parents()
+    shas = [c.sha for c in history]
     journal = Journal(settings.journal, Header(
         tree=settings.range.describe(), good=settings.good.sha, bad=settings.bad.sha,
         oracle=settings.oracle.describe(), build=build_description(settings.request),
@@ -134,7 +136,7 @@ def bisect(settings: BisectSettings, *, report: ProbeReport = lambda probe, stat
         done = _probe(settings, commit)
         builds += 0 if done.cache_hit or not done.build_key else 1
         journal.add(done)
-        report(done, state(_window_or_none(history, judged())))
+        report(done, state(_window_or_none(shas, judged(), parents)))
 
     # Endpoints first: no search on a regression that does not reproduce.
     for endpoint, wanted in ((history[0], Verdict.GOOD), (history[-1], Verdict.BAD)):
@@ -142,17 +144,18 @@ def bisect(settings: BisectSettings, *, report: ProbeReport = lambda probe, stat
             probe(endpoint)
         if judged()[endpoint.sha] is not wanted:
             return state(None)
-    while (commit_sha := next_probe([c.sha for c in history], judged())) is not None:
+    while (commit_sha := next_probe(shas, judged(), parents)) is not None:
         spent = _spent(settings.limits, time.monotonic() - started, builds)
         if spent is not None:
-            return state(window([c.sha for c in history], judged()), spent)
+            return state(window(shas, judged(), parents), spent)
         probe(by_commit[commit_sha])
-    return state(window([c.sha for c in history], judged()))
+    return state(window(shas, judged(), parents))
 
 
-def _window_or_none(history: tuple[Commit, ...], verdicts: dict[str, Verdict]) -> Window | None:
+def _window_or_none(shas: list[str], verdicts: dict[str, Verdict],
+                    parents: Parents) -> Window | None:
     try:
-        return window([c.sha for c in history], verdicts)
+        return window(shas, verdicts, parents)
     except ValueError:  # an endpoint not judged yet, or not as it must be
         return None
 

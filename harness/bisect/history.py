@@ -70,8 +70,9 @@ def commits_between(tree: Path, good: Commit, bad: Commit, *,
     """``good``, every commit after it that leads to ``bad``, and ``bad``: oldest first.
 
     ``good`` must be an ancestor of ``bad``. Merged side branches come in topological
-    order; ``first_parent`` keeps only the commits of ``bad``'s own line, so a fork that
-    merges upstream is searched over its merges and blames the merge.
+    order (parents first), and the search walks them as a graph (:func:`parents_between`);
+    ``first_parent`` keeps only the commits of ``bad``'s own line, so a fork that merges
+    upstream is searched over its merges and blames the merge.
     """
     try:
         _git(tree, "merge-base", "--is-ancestor", good.sha, bad.sha)
@@ -89,6 +90,14 @@ def commits_between(tree: Path, good: Commit, bad: Commit, *,
         raise ConfigError(f"git lists no path from {short_commit(good.sha)} to "
                           f"{short_commit(bad.sha)} in {tree}{how}")
     return [good, *middle]
+
+
+def parents_between(tree: Path, good: Commit, bad: Commit) -> dict[str, tuple[str, ...]]:
+    """Each commit's parents for the commits :func:`commits_between` lists without
+    ``first_parent``: the graph the search walks where side branches were merged."""
+    listed = _git(tree, "log", "--format=%H %P", "--ancestry-path", f"{good.sha}..{bad.sha}")
+    return {sha: tuple(parents) for sha, *parents in
+            (line.split() for line in listed.splitlines() if line.strip())}
 
 
 def export(tree: Path, commit: Commit, cache: Path) -> SourceTree:

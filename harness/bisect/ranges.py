@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
-from harness.bisect.history import Commit, commits_between, export
+from harness.bisect.history import Commit, commits_between, export, parents_between
+from harness.bisect.search import Parents
 from harness.builds.source import SourceTree
 from harness.errors import ConfigError
 from harness.facts.commit_ids import RELEASE_PREFIX
@@ -43,6 +44,10 @@ class CommitRange(Protocol):
 
     def commits(self) -> list[Commit]: ...
 
+    def parents(self) -> Parents:
+        """Each commit's parents where the range is a graph; None where it is a line."""
+        ...
+
     def source(self, commit: Commit, cache: Path) -> SourceTree: ...
 
     def request(self, base: BuildRequest, source: SourceTree) -> BuildRequest:
@@ -62,6 +67,9 @@ class GitRange:
 
     def commits(self) -> list[Commit]:
         return commits_between(self.tree, self.good, self.bad, first_parent=self.first_parent)
+
+    def parents(self) -> Parents:
+        return None if self.first_parent else parents_between(self.tree, self.good, self.bad)
 
     def source(self, commit: Commit, cache: Path) -> SourceTree:
         return export(self.tree, commit, cache)
@@ -121,6 +129,9 @@ class ReleaseRange:
     def commits(self) -> list[Commit]:
         first, last = release_of(self.good) or 0, release_of(self.bad) or 0
         return [release_commit(r) for r in sorted(self.available) if first <= r <= last]
+
+    def parents(self) -> Parents:
+        return None  # releases follow one another
 
     def source(self, commit: Commit, cache: Path) -> SourceTree:
         release = release_of(commit)

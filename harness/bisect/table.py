@@ -21,9 +21,7 @@ def progress_line(probe: Probe, state: BisectResult) -> str:
     line = (f"{short_commit(probe.commit)} {probe.verdict.value:<4} ({build}, judged in "
             f"{probe.judge_s:.0f} s) {_clip(probe.subject, _SUBJECT_WIDTH)}")
     if state.window is not None:
-        shas = [c.sha for c in state.history]
-        verdicts = {p.commit: p.verdict for p in state.probes}
-        count, left = len(state.window.candidates), probes_left(shas, verdicts)
+        count, left = len(state.window.candidates), probes_left(state.window)
         line += (f" — {count} candidate{'s' if count != 1 else ''}, about {left} "
                  f"probe{'s' if left != 1 else ''} left")
     return line
