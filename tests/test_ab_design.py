@@ -15,7 +15,7 @@ import pytest
 from results_fixtures import make_run
 
 from harness.ab.allure_result import write_allure_result
-from harness.ab.decision import AbRule, decide_metric
+from harness.ab.decision import AbRule, AbVerdict, decide_metric
 from harness.ab.design import (
     BASELINE,
     CANDIDATE,
@@ -221,3 +221,31 @@ def test_the_context_holds_the_prompt_and_the_generation(n_prompt: int, n_gen: i
                           n_gen=n_gen)
     assert settings.context() == context
     assert AbSettings(model=Path("m.gguf"), fixture="bench", ctx_size=4096).context() == 4096
+
+
+def test_a_continued_comparison_keeps_its_pairs_and_numbers_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control flow of ``resume`` (the bisect's later rounds): the measurements are
+    scripted, alternating so that no verdict is reached, and each call gets one block."""
+    values = iter([100.0, 104.0, 110.0, 96.0] * 50)
+
+    def measure(self: object, cpus: set[int] | None) -> tuple[dict[str, float], dict[str, str]]:
+        return {"decode_tps": next(values)}, {"greedy_text": "x"}
+
+    monkeypatch.setattr("harness.ab.runner._Starter.measure", measure)
+    # Executables the runners accept; no server starts, measure is scripted.
+    arms = (Arm("baseline", binary=Path("/bin/true")), Arm("candidate", binary=Path("/bin/false")))
+    settings = AbSettings(model=tmp_path / "m.gguf", fixture="bench", design=INTERLEAVED,
+                          metrics=("decode_tps",), rule=AbRule(budget_s=1e-6), seed=1)
+    first = run_ab(*arms, settings, log_dir=tmp_path / "logs")
+    assert first.blocks == 1
+    assert first.decisions[0].verdict is AbVerdict.UNKNOWN
+    more = replace(settings, rule=AbRule(budget_s=first.elapsed_s + 1e-6))
+    again = run_ab(*arms, more, log_dir=tmp_path / "logs", resume=first)
+    assert again.blocks == 2
+    assert again.samples[:len(first.samples)] == first.samples
+    assert [s.sequence for s in again.samples] == list(range(len(again.samples)))
+    assert len({s.pair for s in again.samples}) == 2 * len({s.pair for s in first.samples})
+    assert again.decisions[0].pairs == 2 * first.decisions[0].pairs
+    with pytest.raises(ValueError, match="its own arms"):
+        run_ab(arms[1], arms[0], more, log_dir=tmp_path / "logs", resume=first)

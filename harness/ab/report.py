@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from harness.ab.counters import CounterReport, compare_counters, counters_json, counters_markdown
 from harness.ab.decision import MetricDecision
-from harness.ab.design import BASELINE, CANDIDATE
-from harness.ab.runner import AbOutcome, samples_of
+from harness.ab.design import BASELINE, CANDIDATE, Sample
+from harness.ab.runner import AbOutcome
 from harness.results.run_record import METRICS
+
+
+def samples_of(outcome: AbOutcome, arm: str) -> Sequence[Sample]:
+    return [sample for sample in outcome.samples if sample.arm == arm]
 
 
 def counter_report(outcome: AbOutcome) -> CounterReport:

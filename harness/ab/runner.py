@@ -19,7 +19,7 @@ import math
 import random
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -161,7 +161,14 @@ class AbOutcome:
         return any(d.verdict is AbVerdict.REGRESSED for d in self.decisions)
 
 
-def _check(baseline: Arm, candidate: Arm, settings: AbSettings) -> None:
+def _check(baseline: Arm, candidate: Arm, settings: AbSettings,
+           resume: AbOutcome | None = None) -> None:
+    def same(a: Arm, b: Arm, c: AbSettings) -> tuple[object, ...]:
+        return replace(a, label=""), replace(b, label=""), c.design, c.metrics, c.model
+    if resume is not None and same(resume.baseline, resume.candidate, resume.settings) \
+            != same(baseline, candidate, settings):
+        raise ValueError("a comparison continues only with its own arms, design, metrics "
+                         "and model")
     try:
         # The design's own check, run on a throwaway block before any server starts.
         plan_block(settings.design, 0, random.Random(0), settings.rule.block_size)
@@ -260,41 +267,48 @@ def _threads(settings: AbSettings) -> int:
 def run_ab(baseline: Arm, candidate: Arm, settings: AbSettings, *,
            env: dict[str, dict[str, str]] | None = None,
            on_block: Callable[[AbProgress], None] | None = None,
-           log_dir: Path | None = None) -> AbOutcome:
+           log_dir: Path | None = None, resume: AbOutcome | None = None) -> AbOutcome:
     """Compare ``candidate`` with ``baseline`` until decided or out of budget.
 
     ``env``: per arm label (``baseline``/``candidate``), the environment its servers
     get (None: this process's). Servers' logs go under ``log_dir`` (a temporary folder,
-    removed afterwards, when None).
+    removed afterwards, when None). ``resume``: an earlier comparison of the same arms,
+    continued: its pairs count, its first-token prompt holds, its seconds count against
+    ``settings``' budget (the total), new blocks are numbered after its own.
     """
-    _check(baseline, candidate, settings)
+    _check(baseline, candidate, settings, resume)
+    if resume is not None:
+        settings = replace(settings, ttft_prompt=resume.settings.ttft_prompt)
     if log_dir is not None:
         return _run(baseline, candidate, settings, env=env or {}, on_block=on_block,
-                    log_dir=log_dir)
+                    log_dir=log_dir, resume=resume)
     with tempfile.TemporaryDirectory(prefix="harness-ab-") as temp:
         outcome = _run(baseline, candidate, settings, env=env or {}, on_block=on_block,
-                       log_dir=Path(temp))
+                       log_dir=Path(temp), resume=resume)
     return replace(outcome, log_dir=None)
 
 
 def _run(baseline: Arm, candidate: Arm, settings: AbSettings, *,
          env: dict[str, dict[str, str]], on_block: Callable[[AbProgress], None] | None,
-         log_dir: Path) -> AbOutcome:
+         log_dir: Path, resume: AbOutcome | None = None) -> AbOutcome:
     seed = settings.seed if settings.seed is not None else random.SystemRandom().randrange(
         2**32)
-    rng = random.Random(seed)
+    # A continued comparison draws its blocks' orders afresh: the same seed would
+    # repeat the first blocks' coin flips.
+    rng = random.Random(seed if resume is None else f"{seed}+{resume.blocks}")
     threads = _threads(settings)
-    started = time.monotonic()  # the budget counts the probe start too
+    # The budget counts the probe start too, and a resumed comparison's seconds.
+    started = time.monotonic() - (resume.elapsed_s if resume is not None else 0.0)
     settings = _with_first_token_prompt(settings, baseline, log_dir, threads,
                                         env.get(BASELINE))
     starters = {arm.label: _Starter(arm, settings, log_dir, threads, env.get(arm.label))
                 for arm in (replace(baseline, label=BASELINE),
                             replace(candidate, label=CANDIDATE))}
-    samples: list[Sample] = []
+    samples: list[Sample] = list(resume.samples) if resume is not None else []
     frozen: dict[str, MetricDecision] = {}
     decided_after: dict[str, float] = {}
     block_times: list[float] = []
-    number = 0
+    number = resume.blocks if resume is not None else 0
     current: dict[str, MetricDecision] = {}
     while True:
         block = plan_block(settings.design, number, rng, settings.rule.block_size)
@@ -382,8 +396,4 @@ def _sample(slot: Slot, block: Block, *, sequence: int, at: float,
     values, counters = measured
     return Sample(arm=slot.arm, pair=slot.pair, block=block.number, sequence=sequence,
                   at_s=at, values=values, counters=counters, half=slot.half)
-
-
-def samples_of(outcome: AbOutcome, arm: str) -> Sequence[Sample]:
-    return [sample for sample in outcome.samples if sample.arm == arm]
 

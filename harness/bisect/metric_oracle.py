@@ -7,8 +7,10 @@ unchanged or improved beside good means good, improved beside bad means good,
 unchanged beside bad means bad. Each side is quick to show where the probe differs
 from it (a regression the size of the endpoints' shows in a few pairs) and slow where
 it matches (showing "unchanged" needs a narrow interval), so the rounds start short
-(``FIRST_ROUND_S`` a comparison) and double until the probe's budget is spent. A
-probe that matches neither side by then is undecided — a candidate, never a guess.
+(``FIRST_ROUND_S`` a comparison) and double until the probe's budget is spent. Each
+round continues the comparisons of the round before (their pairs count, so the
+intervals narrow), rather than starting them again. A probe that matches neither side
+by then is undecided — a candidate, never a guess.
 
 The comparisons use the design ``harness ab`` would pick on this runner (``auto``: one
 its calibration validated, else the sequential design, the ground truth): a design that
@@ -25,7 +27,7 @@ from pathlib import Path
 from harness import modelgen
 from harness.ab.decision import AbRule, MetricDecision
 from harness.ab.design_check import load_validation
-from harness.ab.runner import AbSettings, Arm, run_ab
+from harness.ab.runner import AbOutcome, AbSettings, Arm, run_ab
 from harness.ab.validation import auto_design, record_for, validated_metrics
 from harness.bisect.history import Commit
 from harness.bisect.oracles import Judgement, ProbeContext
@@ -119,14 +121,18 @@ class MetricOracle:
         said: list[str] = []
         verdict = Verdict.UNDECIDED
         against_good: MetricDecision | None = None
+        # Each side's comparison so far, continued by the next round.
+        sides: dict[str, AbOutcome | None] = {"good": None, "bad": None}
         left, round_s, round_number = budget, min(FIRST_ROUND_S, budget / 2), 1
         while left > 0:
             folder = context.folder / f"round-{round_number}"
-            against_good = self._compare(good, build, folder / "vs-good", round_s)
+            against_good = self._continue(sides, "good", good, build, folder=folder,
+                                          round_s=round_s)
             said = [describe_decision("good", against_good)]
             verdict = verdict_of(against_good, None)
             if verdict is Verdict.UNDECIDED:
-                against_bad = self._compare(bad, build, folder / "vs-bad", round_s)
+                against_bad = self._continue(sides, "bad", bad, build, folder=folder,
+                                             round_s=round_s)
                 said.append(describe_decision("bad", against_bad))
                 verdict = verdict_of(against_good, against_bad)
             if verdict is not Verdict.UNDECIDED:
@@ -137,10 +143,26 @@ class MetricOracle:
         return Judgement(verdict, "; ".join(said) + rounds, time.monotonic() - started,
                          None if against_good is None else _ratio(against_good))
 
+    def _continue(self, sides: dict[str, AbOutcome | None], side: str,
+                  endpoint: BuildResult, probe: BuildResult, *, folder: Path,
+                  round_s: float) -> MetricDecision:
+        """The probe against one endpoint, ``round_s`` more seconds of it."""
+        before = sides[side]
+        spent = before.elapsed_s if before is not None else 0.0
+        outcome = self._run(endpoint, probe, folder / f"vs-{side}", spent + round_s, before)
+        sides[side] = outcome
+        return self._decision(outcome)
+
     def _compare(self, baseline: BuildResult, probe: BuildResult, logs: Path,
                  budget_s: float) -> MetricDecision:
+        return self._decision(self._run(baseline, probe, logs, budget_s, None))
+
+    def _run(self, baseline: BuildResult, probe: BuildResult, logs: Path, budget_s: float,
+             resume: AbOutcome | None) -> AbOutcome:
         logs.mkdir(parents=True, exist_ok=True)
         settings = replace(self.settings, rule=replace(self.settings.rule, budget_s=budget_s))
-        outcome = run_ab(_arm("baseline", baseline), _arm("candidate", probe), settings,
-                         log_dir=logs)
+        return run_ab(_arm("baseline", baseline), _arm("candidate", probe), settings,
+                      log_dir=logs, resume=resume)
+
+    def _decision(self, outcome: AbOutcome) -> MetricDecision:
         return next(d for d in outcome.decisions if d.metric == self.metric)
