@@ -102,6 +102,30 @@ def _group(root: ET.Element, ident: str) -> ET.Element | None:
     return next((g for g in root.iter(f"{SVG}g") if g.get("id") == ident), None)
 
 
+def test_a_run_that_carries_a_bisect_is_marked_on_its_plots() -> None:
+    stored = _nightlies()
+    culprit = "1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b"
+    found = {"reproduced": True, "oracle": "metric: decode_tps on bench",
+             "first_bad": {"sha": culprit, "subject": "server: a wait after each token"},
+             "candidates": [], "probes": []}
+    stored[-1] = replace(stored[-1], bisect=found)
+    stored[2] = replace(stored[2], bisect={**found, "first_bad": None,
+                                           "candidates": [{"sha": "a"}, {"sha": "b"}]})
+    decode = _decode(dashboard_series(stored))
+    assert [p.bisect for p in decode.points] == [
+        None, None, "2 candidates", None, None, None, "first bad 1a2b3c4d5e6f"]
+    root = _parsed(series_svg(decode))
+    marks = _group(root, "bisect")
+    assert marks is not None
+    assert len(marks.findall(f"{SVG}line")) == 2
+    assert [t.text for t in marks.findall(f"{SVG}text")] == [
+        "bisect: 2 candidates", "bisect: first bad 1a2b3c4d5e6f"]
+    # The mark is part of what names the plot: a bisect attached later redraws it.
+    assert svg_key(decode) != svg_key(_decode(dashboard_series(_nightlies())))
+    assert _group(_parsed(series_svg(_decode(dashboard_series(_nightlies())))),
+                  "bisect") is None
+
+
 def test_a_plot_draws_each_run_as_a_point_linking_to_its_report() -> None:
     stored = _nightlies()
     decode = _decode(dashboard_series(stored))

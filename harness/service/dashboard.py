@@ -43,6 +43,8 @@ class DashboardPoint:
     status: FigureStatus
     #: The run's A/B verdict on this metric (``harness ab --record``), None without one.
     ab_verdict: str | None
+    #: The run's bisect in a few words ("first bad 1a2b3c4d5e6f"), None without one.
+    bisect: str | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,20 @@ def bisect_notes(runs_newest_first: Sequence[RunRecord]) -> tuple[BisectNote, ..
                        + (" …" if len(candidates) > 8 else ""))
         notes.append(BisectNote(run.run_id, run.started_at, finding, str(found["oracle"])))
     return tuple(notes)
+
+
+def bisect_mark(run: RunRecord) -> str | None:
+    """The run's bisect as a plot writes it at the run (pure): its culprit's short id,
+    how many candidates are left, or that it did not reproduce; None without one."""
+    found = run.bisect
+    if found is None:
+        return None
+    first_bad = found.get("first_bad")
+    if not found.get("reproduced"):
+        return "not reproduced"
+    if isinstance(first_bad, dict):
+        return f"first bad {short_commit(str(first_bad['sha']))}"
+    return f"{len(found.get('candidates') or [])} candidates"
 
 
 @dataclass(frozen=True)
@@ -175,7 +191,8 @@ def dashboard_series(runs_oldest_first: Sequence[RunRecord],
                 run_id=run.run_id, started_at=run.started_at, commit=run.commit,
                 value=value, predicted=predicted,
                 band=_band(judged.mean, judged.stdev, judged.n, rule, metric),
-                status=judged.status, ab_verdict=_ab_verdict(run, name)))
+                status=judged.status, ab_verdict=_ab_verdict(run, name),
+                bisect=bisect_mark(run)))
         series.append(DashboardSeries(key, metric, tuple(points)))
     return tuple(sorted(series, key=lambda s: (s.key.fixture, s.metric.name, repr(s.key))))
 

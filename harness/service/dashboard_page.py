@@ -83,8 +83,9 @@ def render_page(model: DashboardModel, shown: Paged[DashboardSeries],
              f"the newest {model.runs} runs, {len(model.series)} series. A plot opened on its "
              "own links each point to its run's Allure report; the shaded band is what the "
              "gate's history rule lets pass against the runs before it, ▼/▲ the regressions "
-             "and improvements it found, the dashed line the predicted decode speed, and A/B "
-             "verdicts are written at their runs.</p>"]
+             "and improvements it found, the dashed line the predicted decode speed, A/B "
+             "verdicts are written at their runs, and a dashed upright line marks a run "
+             "that carries a bisect (listed below).</p>"]
     if model.bisects:
         parts.append("<section id=\"bisects\"><h2>Bisects</h2><ul>" + "".join(
             f"<li>run <code>{_e(note.run_id)}</code> ({_e(note.started_at)}): "

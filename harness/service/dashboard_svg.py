@@ -17,7 +17,9 @@ by id (the browser test counts them):
 - ``g#band``: one polygon per stretch of runs the history rule judged, its passing band;
 - ``g#predicted``: the predicted decode speed, dashed, where runs recorded one;
 - ``g#regressed`` and ``g#improved``: a triangle over each run the rule called so;
-- ``g#ab``: each A/B verdict, written at its run.
+- ``g#ab``: each A/B verdict, written at its run;
+- ``g#bisect``: a dashed line at each run that carries a bisect (``harness bisect
+  --record``, the nightly's ``HARNESS_NIGHTLY_BISECT``), its finding written at the top.
 
 Text from the store is escaped, and characters XML cannot hold are replaced, so no
 store value can break the document or add markup; it holds no script.
@@ -36,7 +38,7 @@ from harness.results.rules import FigureStatus
 from harness.service.dashboard import DashboardPoint, DashboardSeries
 
 #: Bumped whenever the drawing changes, so no cache or browser keeps an old plot.
-WRITER_VERSION = "1"
+WRITER_VERSION = "2"
 WIDTH, HEIGHT = 900, 270
 _LEFT, _RIGHT, _TOP, _BOTTOM = 70, 20, 28, 64
 #: Space between the plot's edge and its first and last run.
@@ -44,6 +46,7 @@ _INSET = 12
 #: Most date labels under one plot; more would overlap.
 _MAX_LABELS = 20
 _BLUE, _GREY, _RED, _GREEN = "#1f77b4", "#7f7f7f", "#d62728", "#2ca02c"
+_PURPLE = "#9467bd"
 #: Characters XML 1.0 cannot hold (C0 controls but tab and newlines, lone surrogates,
 #: U+FFFE/U+FFFF): each becomes U+FFFD.
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -59,7 +62,8 @@ def svg_key(series: DashboardSeries) -> str:
         "utf-8", "surrogatepass"))
     for p in series.points:
         digest.update(repr((p.run_id, p.started_at, p.commit, p.value, p.predicted, p.band,
-                            p.status.value, p.ab_verdict)).encode("utf-8", "surrogatepass"))
+                            p.status.value, p.ab_verdict, p.bisect)).encode("utf-8",
+                                                                           "surrogatepass"))
     return digest.hexdigest()[:24]
 
 
@@ -87,6 +91,7 @@ def series_svg(series: DashboardSeries, link: Callable[[str], str] = report_url)
     for status, (word, colour) in _MARKS.items():
         parts += _marks(points, scale, status, word, colour)
     parts += _ab(points, scale)
+    parts += _bisects(points, scale)
     parts += _legend(points)
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
@@ -271,6 +276,21 @@ def _ab(points: Sequence[DashboardPoint], scale: _Scale) -> list[str]:
     return parts
 
 
+def _bisects(points: Sequence[DashboardPoint], scale: _Scale) -> list[str]:
+    marked = [(i, p) for i, p in enumerate(points) if p.bisect is not None]
+    if not marked:
+        return []
+    parts = [f'<g id="bisect" fill="{_PURPLE}" stroke="{_PURPLE}" font-size="9">']
+    for index, point in marked:
+        x = scale.x(index)
+        parts.append(f'<line x1="{x}" y1="{_TOP}" x2="{x}" y2="{HEIGHT - _BOTTOM}" '
+                     'stroke-dasharray="3 3"/>'
+                     f'<text x="{x}" y="{_TOP + 8}" dx="3" stroke="none">'
+                     f"bisect: {_x(point.bisect or '')}</text>")
+    parts.append("</g>")
+    return parts
+
+
 def _legend(points: Sequence[DashboardPoint]) -> list[str]:
     """A row of keys over the plot, only for what it draws."""
     keys = [(f'<circle cx="5" cy="-4" r="3.5" fill="{_BLUE}"/>', "measured")]
@@ -283,6 +303,9 @@ def _legend(points: Sequence[DashboardPoint]) -> list[str]:
     for status, (word, colour) in _MARKS.items():
         if any(p.status is status for p in points):
             keys.append((f'<path d="M0,-9 {_SHAPES[word]}" fill="{colour}"/>', word))
+    if any(p.bisect is not None for p in points):
+        keys.append((f'<line x1="5" y1="-10" x2="5" y2="2" stroke="{_PURPLE}" '
+                     'stroke-dasharray="3 3"/>', "bisect"))
     parts = ['<g id="legend" fill="#333" font-size="10">']
     x = _LEFT
     for mark, word in keys:
