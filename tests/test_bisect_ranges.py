@@ -1,11 +1,19 @@
-"""What a bisect searches when its endpoints are published releases (pure parts)."""
+"""What a bisect searches when its endpoints are published releases (pure parts), and
+where it goes on in a git tree once the first bad release is known (a real git tree
+with llama.cpp's tag names)."""
 
 from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
 from harness.bisect.ranges import (
     ReleaseRange,
+    inside_release,
     parse_release_ref,
     release_commit,
     release_of,
@@ -63,3 +71,38 @@ def test_endpoints_the_wrong_way_round_are_refused() -> None:
 def test_git_commits_are_shortened_and_releases_are_not() -> None:
     assert short_commit("0123456789abcdef" * 2 + "01234567") == "0123456789ab"
     assert short_commit("release:9093") == "release:9093"
+
+
+def _tagged_tree(tree: Path) -> dict[str, str]:
+    """A git tree with llama.cpp's tag names: b10502, two commits, b10524."""
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@localhost"}
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tree), *args], check=True, text=True,
+                              capture_output=True, env=env).stdout.strip()
+
+    tree.mkdir()
+    git("init", "-q", "-b", "master")
+    shas = {}
+    for subject, tag in (("release b10502", "b10502"), ("server: one", None),
+                         ("server: two", None), ("release b10524", "b10524")):
+        git("commit", "-q", "--allow-empty", "-m", subject)
+        shas[subject] = git("rev-parse", "HEAD")
+        if tag is not None:
+            git("tag", tag)
+    return shas
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_the_first_bad_release_continues_between_its_tags_in_the_tree(tmp_path: Path) -> None:
+    shas = _tagged_tree(tmp_path / "llama.cpp")
+    releases = [release_commit(r) for r in (10498, 10502, 10524, 10531)]
+    inside = inside_release(tmp_path / "llama.cpp", releases, 2, first_parent=False)
+    assert (inside.good.sha, inside.bad.sha) == (shas["release b10502"],
+                                                 shas["release b10524"])
+    assert [c.subject for c in inside.commits()] == [
+        "release b10502", "server: one", "server: two", "release b10524"]
+    # A tree without the release's tag (a clone without tags) says how to get it.
+    with pytest.raises(ConfigError, match=r"no tag b10531 .*git fetch --tags"):
+        inside_release(tmp_path / "llama.cpp", releases, 3, first_parent=False)

@@ -10,11 +10,18 @@ version into the source cache (harness/releases/release_source.py), named
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
-from harness.bisect.history import Commit, commits_between, export, parents_between
+from harness.bisect.history import (
+    Commit,
+    commits_between,
+    export,
+    parents_between,
+    resolve,
+)
 from harness.bisect.search import Parents
 from harness.builds.source import SourceTree
 from harness.errors import ConfigError
@@ -142,3 +149,26 @@ class ReleaseRange:
         # Older trees need their web UI switched off (their sdists lack its files).
         needed = release_build_request(source.path).extra_cmake_args
         return replace(base, extra_cmake_args=(*base.extra_cmake_args, *needed))
+
+
+def release_tag(tree: Path, release: Commit) -> Commit:
+    """The commit of ``tree`` tagged as ``release`` (``release:11300`` is tag b11300)."""
+    number = release_of(release)
+    if number is None:
+        raise ValueError(f"{release.sha} is not a release")
+    try:
+        return resolve(tree, f"b{number}")
+    except ConfigError as exc:
+        raise ConfigError(f"{tree} has no tag b{number} for {release.subject}: fetch "
+                          "llama.cpp's tags (git fetch --tags) to go on inside the first "
+                          "bad release, or run without --source") from exc
+
+
+def inside_release(tree: Path, releases: Sequence[Commit], first_bad: int,
+                   first_parent: bool) -> GitRange:
+    """The commits of ``tree`` that make the release at ``releases[first_bad]``: from
+    the tag of the release before it (the last good one) to its own tag."""
+    if first_bad < 1:
+        raise ValueError("the first bad release has no release before it")
+    return GitRange(tree, release_tag(tree, releases[first_bad - 1]),
+                    release_tag(tree, releases[first_bad]), first_parent)

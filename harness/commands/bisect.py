@@ -21,7 +21,7 @@ from harness.ab.decision import AbRule
 from harness.ab.design import DESIGNS
 from harness.ab.runner import AB_METRICS
 from harness.bisect.bisector import FOUND, BisectResult, BisectSettings, Limits, bisect
-from harness.bisect.history import Commit, resolve
+from harness.bisect.history import resolve
 from harness.bisect.metric_oracle import AUTO, MetricOracle, metric_settings
 from harness.bisect.oracles import (
     DEFAULT_JUDGE_LIMIT_S,
@@ -34,8 +34,8 @@ from harness.bisect.ranges import (
     CommitRange,
     GitRange,
     ReleaseRange,
+    inside_release,
     parse_release_ref,
-    release_of,
 )
 from harness.bisect.table import progress_line, render_table
 from harness.commands._build_options import build_options, build_request
@@ -158,9 +158,8 @@ def bisect_command(*, tree: Path | None, good: str, bad: str, script: str | None
     if isinstance(span, ReleaseRange) and tree is not None and found is not None \
             and result.exit_code == FOUND:
         # The first bad release is known: go on inside it, commit by commit.
-        last_good, first_bad = result.history[found - 1], result.history[found]
-        inside = GitRange(tree.absolute(), _release_tag(tree, last_good),
-                          _release_tag(tree, first_bad), first_parent)
+        first_bad = result.history[found]
+        inside = inside_release(tree.absolute(), result.history, found, first_parent)
         console.print(f"[bold]first bad release[/] {escape(first_bad.subject)}; continuing "
                       f"inside it in {tree}", soft_wrap=True)
         result = _run(replace(settings, range=inside,
@@ -197,16 +196,6 @@ def _range(tree: Path | None, good: str, bad: str, first_parent: bool) -> Commit
                                "name published releases: --good release:N --bad release:M")
     tree = tree.absolute()
     return GitRange(tree, resolve(tree, good), resolve(tree, bad), first_parent)
-
-
-def _release_tag(tree: Path, release: Commit) -> Commit:
-    number = release_of(release)
-    try:
-        return resolve(tree, f"b{number}")
-    except ConfigError as exc:
-        raise ConfigError(f"{tree} has no tag b{number} for {release.subject}: fetch "
-                          "llama.cpp's tags (git fetch --tags) to go on inside the first "
-                          "bad release, or run without --source") from exc
 
 
 def _run(settings: BisectSettings, result_json: Path, table_md: Path) -> BisectResult:
