@@ -78,7 +78,7 @@ def test_the_dashboard_shows_a_bisect_beside_its_run() -> None:
     assert "<code>now</code>" in page
 
 
-def _result(ratios: bool) -> BisectResult:
+def bisect_result(*, ratios: bool) -> BisectResult:
     history = tuple(Commit(c * 40, f"commit {c}") for c in "abcd")
     verdicts = [Verdict.GOOD, Verdict.SKIP, Verdict.BAD, Verdict.BAD]
     probes = tuple(
@@ -93,7 +93,7 @@ def _result(ratios: bool) -> BisectResult:
 
 @pytest.mark.parametrize("ratios", [True, False])
 def test_a_bisect_is_one_allure_result_with_its_plot(tmp_path: Path, ratios: bool) -> None:
-    result = _result(ratios)
+    result = bisect_result(ratios=ratios)
     assert result.window is not None
     assert result.window.candidates == (1, 2)  # the skipped commit or the bad one
     path = write_allure_result(result, tmp_path, seconds=12.0)

@@ -5,8 +5,8 @@ the last night; every run carries its prediction and one run an A/B result. The 
 that branch and hardware is opened in headless Chromium from a real service: the browser
 fetches each plot the page shows, and each plot opened as the page links it is counted
 against the runs stored (its points, their links, the regression mark, the prediction
-line, the A/B verdict); a screenshot is kept. The service side (paging, filters, caches,
-the store queries) is tests/test_dashboard_service.py.
+line, the A/B verdict, the last night's bisect); a screenshot is kept. The service side
+(paging, filters, caches, the store queries) is tests/test_dashboard_service.py.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import pytest
 from playwright.sync_api import Browser, Response
 from results_fixtures import CPU_BOX, at, fig, figure_key, make_run
 from service_helpers import no_report
+from test_bisect_record import bisect_result
 from test_report_browser import NO_CHROMIUM, keep_screenshot, launch_chromium, local_page
 
 from harness.plugin.required import skip_unless_present
@@ -224,6 +225,8 @@ def test_chromium_draws_one_point_per_stored_run_each_linking_to_its_report(
         tmp_path: Path, browser: Browser) -> None:
     url = f"sqlite:///{tmp_path / 'results.sqlite'}"
     stored = _nightlies()
+    # The last night carries a bisect (the nightly's HARNESS_NIGHTLY_BISECT attaches one).
+    stored[-1] = replace(stored[-1], bisect=bisect_result(ratios=True).to_json())
     with open_store(url) as store:
         for run in stored:
             assert store.add_run(run)
@@ -245,7 +248,8 @@ def test_chromium_draws_one_point_per_stored_run_each_linking_to_its_report(
         page.wait_for_load_state()
         assert page.url == f"{base}/dashboard?{query}"
 
-        titles = page.locator("h2").all_inner_texts()
+        assert page.locator("section[id='bisects'] li").count() == 1
+        titles = [t for t in page.locator("h2").all_inner_texts() if t != "Bisects"]
         assert len(titles) == 3
         images = page.locator("section img")
         assert images.count() == 3
@@ -292,6 +296,9 @@ def _check_plot(browser: Browser, url: str, stored: list[RunRecord],
         assert plot.locator("g[id='predicted'] polyline").count() == 1
         assert plot.locator("g[id='band']").count() == 1
         assert "A/B unchanged" in (plot.locator("g[id='ab']").text_content() or "")
+        assert plot.locator("g[id='bisect'] line").count() == 1
+        assert (plot.locator("g[id='bisect'] text").text_content() or "") \
+            == "bisect: 2 candidates"
         links.last.click()
         plot.wait_for_load_state()
         assert plot.url == f"{base_of_decode}{report_url(stored[-1].run_id)}"

@@ -61,9 +61,9 @@ def svg_key(series: DashboardSeries) -> str:
     digest = hashlib.sha256(f"{WRITER_VERSION}\0{series.title}\0".encode(
         "utf-8", "surrogatepass"))
     for p in series.points:
-        digest.update(repr((p.run_id, p.started_at, p.commit, p.value, p.predicted, p.band,
-                            p.status.value, p.ab_verdict, p.bisect)).encode("utf-8",
-                                                                           "surrogatepass"))
+        drawn = (p.run_id, p.started_at, p.commit, p.value, p.predicted, p.band,
+                 p.status.value, p.ab_verdict, p.bisect)
+        digest.update(repr(drawn).encode("utf-8", "surrogatepass"))
     return digest.hexdigest()[:24]
 
 
