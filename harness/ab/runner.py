@@ -11,6 +11,10 @@ After each block every metric still undecided is decided on the pairs so far; a
 metric's first decisive verdict is final (the sequential stop). The comparison ends
 when every metric is decided, or when the next block would not fit in the budget;
 what is undecided then is ``unknown``.
+
+The module stays whole because it is one job, starting servers for a comparison: the
+probe start that sizes the first-token prompt, the blocks and a continued comparison
+all go through the one ``_Starter`` and its measure.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from harness.ab.design import (
     paired_values,
     plan_block,
 )
-from harness.ab.first_token import first_token_prompt
+from harness.ab.first_token import LONGEST_PROMPT, first_token_prompt, wanted_first_token_ms
 from harness.ab.pinning import core_halves, pin_process, usable_cores
 from harness.ab.validation import earn_unchanged, validated_metrics
 from harness.client import ServerClient, shared_pool
@@ -351,13 +355,23 @@ def _with_first_token_prompt(settings: AbSettings, baseline: Arm, log_dir: Path,
     pins) so that ``ttft_ms``'s floor lies well inside the band."""
     if settings.ttft_prompt is not None or "ttft_ms" not in settings.metrics:
         return settings
-    probe = _Starter(replace(baseline, label=PROBE), settings, log_dir, threads, env)
-    values, _ = probe.measure(core_halves()[0] if settings.design in HALVED else None)
+    cpus = core_halves()[0] if settings.design in HALVED else None
+    arm = replace(baseline, label=PROBE)
+    values, _ = _Starter(arm, settings, log_dir, threads, env).measure(cpus)
+    floor, threshold = METRICS["ttft_ms"].min_change, settings.rule.threshold
     chosen = first_token_prompt(settings.n_prompt, values.get("ttft_ms"),
-                                values.get("prompt_tps"),
-                                floor_ms=METRICS["ttft_ms"].min_change,
-                                threshold=settings.rule.threshold)
-    return replace(settings, ttft_prompt=chosen)
+                                values.get("prompt_tps"), floor_ms=floor, threshold=threshold)
+    # The choice is a prediction from the short prompt, off by half either way between
+    # starts here: a lengthened prompt is measured once and doubled while its first token
+    # is still short of what the floor needs.
+    while settings.n_prompt < chosen < LONGEST_PROMPT:
+        at_choice = replace(settings, ttft_prompt=chosen)
+        values, _ = _Starter(arm, at_choice, log_dir, threads, env).measure(cpus)
+        ttft = values.get("ttft_ms")
+        if ttft is None or ttft >= wanted_first_token_ms(floor, threshold):
+            break
+        chosen *= 2
+    return replace(settings, ttft_prompt=min(chosen, LONGEST_PROMPT))
 
 
 def _run_block(block: Block, starters: dict[str, _Starter], started: float,
