@@ -158,9 +158,11 @@ def test_a_bisect_skips_the_broken_build_and_names_the_commit_that_dropped_the_f
     table = (tmp_path / "out" / "table.md").read_text()
     assert f"| {shas[4][:12]} **first bad** |" in table
     assert f"first bad commit: {shas[4]} server: drop --ubatch-size" in table
-    # Each commit was exported by git archive into the cache and built from there.
-    assert (tmp_path / "cache" / "source" / f"git-{shas[4]}" / "README.md").is_file()
-    assert (tmp_path / "cache" / "builds" / said[shas[4]]["build_key"] / "build.json").is_file()
+    # Each commit was exported by git archive into the cache, built from there, and its
+    # export removed — the broken one's too: the builds are what later runs reuse.
+    record = tmp_path / "cache" / "builds" / said[shas[4]]["build_key"] / "build.json"
+    assert json.loads(record.read_text())["source_origin"] == f"git:{shas[4]}"
+    assert list((tmp_path / "cache" / "source").glob("git-*")) == []
 
 
 def test_an_interrupted_bisect_resumes_from_its_journal_without_probing_again(

@@ -3,7 +3,9 @@ known, only skipped commits remain, or the budget is spent.
 
 Every probe is exported, built through the cached build path (a tree built before is a
 hit; ccache shares what nearby commits have in common), judged, written to the journal
-and reported before the next one starts. A build that fails is a skip, with its error
+and reported before the next one starts. Its export is removed once built; the run
+keeps each commit's build, so the endpoints a metric probe rebuilds are not exported
+again. A build that fails is a skip, with its error
 as the evidence: the search goes on around it.
 """
 
@@ -13,7 +15,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.bisect.history import Commit
@@ -48,6 +50,8 @@ class BisectSettings:
     out: Path
     journal: Path
     limits: Limits = Limits()
+    #: This run's finished builds by commit id: a commit is exported and hashed once.
+    built: dict[str, BuildResult] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def good(self) -> Commit:
@@ -182,9 +186,13 @@ def build_failure(message: str) -> str:
 
 
 def _build(settings: BisectSettings, commit: Commit) -> BuildResult:
-    source = settings.range.source(commit, settings.cache)
-    return build_server(settings.cache, source, settings.range.request(settings.request,
-                                                                       source))
+    if (known := settings.built.get(commit.sha)) is not None:
+        return dataclasses.replace(known, cache_hit=True)
+    with settings.range.source(commit, settings.cache) as source:
+        built = build_server(settings.cache, source,
+                             settings.range.request(settings.request, source))
+    settings.built[commit.sha] = built
+    return built
 
 
 def _probe(settings: BisectSettings, commit: Commit) -> Probe:

@@ -1,10 +1,13 @@
 """The commits a bisect searches, read from a git tree, and each one as a source tree.
 
 A commit becomes a build's source the way a user's checkout does, through ``git
-archive``: the tree the commit names, nothing from the working copy. Each is kept under
-the harness cache (``source/git-<commit>``), because a cached build links back to its
-source (``builds/<key>/source``) and ccache reads every tree at that one relative path:
-a commit next to one built before recompiles only the files that differ.
+archive``: the tree the commit names, nothing from the working copy. The export lives
+under the harness cache (``source/git-<commit>-<random>``) only while it is built, then
+is removed: a llama.cpp tree is about 180 MB, and a bisect that kept every probe's
+export filled a runner's disk (474 of them, 42 GB, on the project's CI machine). The
+finished build is what later runs reuse, found by the tree's digest; ccache reads every
+tree at one relative path (``builds/<key>/source``), so a commit next to one built
+before still recompiles only the files that differ, wherever its export lay.
 """
 
 from __future__ import annotations
@@ -14,18 +17,17 @@ import shutil
 import subprocess
 import tarfile
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.bounded import bounded_lock
 from harness.builds.source import SourceTree, hash_tree
 from harness.errors import ConfigError, SourceError
 from harness.facts.commit_ids import short_commit
 
 #: git's answers are local and quick; this bounds a wedged repository.
 GIT_LIMIT_S = 120.0
-#: How long an export waits for another process exporting the same commit.
-EXPORT_LOCK_WAIT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -100,16 +102,18 @@ def parents_between(tree: Path, good: Commit, bad: Commit) -> dict[str, tuple[st
             (line.split() for line in listed.splitlines() if line.strip())}
 
 
-def export(tree: Path, commit: Commit, cache: Path) -> SourceTree:
-    """``commit``'s tree under the cache, exported once (``git archive``) and hashed."""
-    home = cache / "source" / f"git-{commit.sha}"
+@contextmanager
+def exported(tree: Path, commit: Commit, cache: Path) -> Iterator[SourceTree]:
+    """``commit``'s tree exported (``git archive``) under the cache and hashed, for the
+    length of the block; removed after it, whatever the block did. Each call exports its
+    own copy, so two processes building the same commit never remove each other's."""
+    home = cache / "source" / f"git-{commit.sha}-{uuid.uuid4().hex[:12]}"
     home.parent.mkdir(parents=True, exist_ok=True)
-    with bounded_lock(Path(f"{home}.lock"), wait_s=EXPORT_LOCK_WAIT_S, error=SourceError,
-                      purpose=f"exporting commit {commit.sha}",
-                      setting="harness.bisect.history.EXPORT_LOCK_WAIT_S"):
-        if not home.is_dir():
-            _archive(tree, commit.sha, home)
-    return SourceTree(path=home, digest=hash_tree(home), origin=f"git:{commit.sha}")
+    try:
+        _archive(tree, commit.sha, home)
+        yield SourceTree(path=home, digest=hash_tree(home), origin=f"git:{commit.sha}")
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def _archive(tree: Path, sha: str, home: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
@@ -18,7 +19,7 @@ from typing import Protocol
 from harness.bisect.history import (
     Commit,
     commits_between,
-    export,
+    exported,
     parents_between,
     resolve,
 )
@@ -55,7 +56,10 @@ class CommitRange(Protocol):
         """Each commit's parents where the range is a graph; None where it is a line."""
         ...
 
-    def source(self, commit: Commit, cache: Path) -> SourceTree: ...
+    def source(self, commit: Commit, cache: Path) -> AbstractContextManager[SourceTree]:
+        """``commit``'s source tree for the length of a ``with`` block (a git export is
+        removed after it; a release's sdist stays in the source cache)."""
+        ...
 
     def request(self, base: BuildRequest, source: SourceTree) -> BuildRequest:
         """The build of ``source``: the user's options, plus what the tree needs."""
@@ -78,8 +82,8 @@ class GitRange:
     def parents(self) -> Parents:
         return None if self.first_parent else parents_between(self.tree, self.good, self.bad)
 
-    def source(self, commit: Commit, cache: Path) -> SourceTree:
-        return export(self.tree, commit, cache)
+    def source(self, commit: Commit, cache: Path) -> AbstractContextManager[SourceTree]:
+        return exported(self.tree, commit, cache)
 
     def request(self, base: BuildRequest, source: SourceTree) -> BuildRequest:
         return base
@@ -140,10 +144,10 @@ class ReleaseRange:
     def parents(self) -> Parents:
         return None  # releases follow one another
 
-    def source(self, commit: Commit, cache: Path) -> SourceTree:
+    def source(self, commit: Commit, cache: Path) -> AbstractContextManager[SourceTree]:
         release = release_of(commit)
         assert release is not None
-        return fetch_release(cache, release)
+        return nullcontext(fetch_release(cache, release))
 
     def request(self, base: BuildRequest, source: SourceTree) -> BuildRequest:
         # Older trees need their web UI switched off (their sdists lack its files).
