@@ -118,6 +118,40 @@ def test_a_merged_side_branch_is_searched_as_a_graph(
     assert "good" in {verdicts.get(shas[f"side-{n}"]) for n in (1, 2, 3, 4)}
 
 
+def test_a_side_branch_forked_before_good_is_searched_as_git_bisect_does(
+        tmp_path: Path) -> None:
+    """The culprit sits on a branch forked before the good commit and merged after it:
+    git bisect searches that branch (its base counts as good) and names the culprit;
+    walking only the good commit's descendants would have blamed the merge."""
+    tree = tmp_path / "forked"
+    shutil.copytree(FAKE_TREE, tree)
+    server = tree / "tools" / "server" / "server.c"
+    original, with_flag = _flag_versions(server)
+    server.write_text(with_flag)
+    _git(tree, "init", "-q", "-b", "main")
+    _commit(tree, "base: the server lists --ubatch-size")
+    _git(tree, "checkout", "-q", "-b", "side")
+    (tree / "SIDE.md").write_text("side\n")
+    _commit(tree, "side: docs")
+    server.write_text(original)
+    culprit = _commit(tree, "side: drop --ubatch-size")
+    _git(tree, "checkout", "-q", "main")
+    (tree / "MAIN.md").write_text("main\n")
+    good = _commit(tree, "main: docs (the good endpoint)")
+    (tree / "MAIN.md").write_text("main 2\n")
+    _commit(tree, "main: more docs")
+    _git(tree, "merge", "-q", "--no-ff", "-m", "merge side", "side")
+    done = _bisect(tmp_path, tree, "--good", good, "--bad", "main", "--script", ORACLE,
+                   "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["first_bad"]["sha"] == culprit
+    # git's own bisect, judging the source for the same flag, names the same commit.
+    _git(tree, "bisect", "start", "main", good)
+    said = _git(tree, "bisect", "run", "grep", "-q", "--", "--ubatch-size",
+                "tools/server/server.c")
+    assert f"{culprit} is the first bad commit" in said
+
+
 def _bisect(tmp_path: Path, tree: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HARNESS_CACHE": str(tmp_path / "cache")}
     env.pop("CCACHE_DIR", None)

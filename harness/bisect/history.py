@@ -69,12 +69,16 @@ def subject(tree: Path, sha: str) -> str:
 
 def commits_between(tree: Path, good: Commit, bad: Commit, *,
                     first_parent: bool = False) -> list[Commit]:
-    """``good``, every commit after it that leads to ``bad``, and ``bad``: oldest first.
+    """``good``, then every commit ``bad`` has that ``good`` lacks (``bad`` last): oldest
+    first — the commits ``git bisect`` searches.
 
     ``good`` must be an ancestor of ``bad``. Merged side branches come in topological
     order (parents first), and the search walks them as a graph (:func:`parents_between`);
-    ``first_parent`` keeps only the commits of ``bad``'s own line, so a fork that merges
-    upstream is searched over its merges and blames the merge.
+    a branch forked before ``good`` and merged after it is searched too, as git bisect
+    does, since its commits reach ``bad`` only through the merge and one of them may be
+    the culprit (its base, an ancestor of ``good``, counts as good). ``first_parent``
+    keeps only the commits of ``bad``'s own line, so a fork that merges upstream is
+    searched over its merges and blames the merge.
     """
     try:
         _git(tree, "merge-base", "--is-ancestor", good.sha, bad.sha)
@@ -83,7 +87,7 @@ def commits_between(tree: Path, good: Commit, bad: Commit, *,
                           f"the bad commit {short_commit(bad.sha)} in {tree}: a bisect "
                           "searches the commits from one to the other; swap them or pick "
                           "other endpoints") from exc
-    walk = ["--first-parent"] if first_parent else ["--ancestry-path"]
+    walk = ["--first-parent"] if first_parent else []
     listed = _git(tree, "log", "--reverse", "--topo-order", "--format=%H%x00%s", *walk,
                   f"{good.sha}..{bad.sha}")
     middle = [Commit(*line.split("\0", 1)) for line in listed.splitlines() if line]
@@ -97,7 +101,7 @@ def commits_between(tree: Path, good: Commit, bad: Commit, *,
 def parents_between(tree: Path, good: Commit, bad: Commit) -> dict[str, tuple[str, ...]]:
     """Each commit's parents for the commits :func:`commits_between` lists without
     ``first_parent``: the graph the search walks where side branches were merged."""
-    listed = _git(tree, "log", "--format=%H %P", "--ancestry-path", f"{good.sha}..{bad.sha}")
+    listed = _git(tree, "log", "--format=%H %P", f"{good.sha}..{bad.sha}")
     return {sha: tuple(parents) for sha, *parents in
             (line.split() for line in listed.splitlines() if line.strip())}
 
