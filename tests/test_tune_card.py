@@ -135,4 +135,7 @@ def test_a_threads_winner_is_not_a_card_setting(tmp_path: Path) -> None:
     winner, _, _ = _winner(_folder(tmp_path))
     threads = replace(winner, candidate=replace(winner.candidate, changes={}, threads=1))
     assert "threads are the launcher's" in str(not_writable(threads))
+    drafter_off = replace(winner, candidate=replace(winner.candidate, changes={},
+                                                    spec_type="none"))
+    assert "changes speculation, which a card does not set" in str(not_writable(drafter_off))
     assert not_writable(winner) is None

@@ -18,6 +18,7 @@ from harness.results.rules import AbVerdict
 from harness.tune.candidates import (
     BATCH,
     DIMENSIONS,
+    DRAFTER,
     KV,
     SLOTS,
     THREADS,
@@ -108,6 +109,47 @@ def test_a_host_build_tries_threads_and_the_dimensions_can_be_chosen() -> None:
     assert parse_dimensions(["kv,batch", "slots"]) == (KV, BATCH, SLOTS)
     with pytest.raises(ValueError, match="threadz: not a dimension"):
         parse_dimensions(["threadz"])
+
+
+def _bundle_request(name: str) -> PlanRequest:
+    request = plan_request(modelgen.ensure_fixtures().bundle(name), None,
+                           gpu_name=RTX_4090[0], vram_mib=RTX_4090[1], build=None,
+                           overrides={})
+    return replace(request, capabilities=Capabilities(cache_types_k=STOCK,
+                                                      cache_types_v=STOCK))
+
+
+def test_a_plan_that_drafts_is_tried_without_its_drafter() -> None:
+    space = _space(_bundle_request("fused-mtp"), dimensions=(DRAFTER,))
+    current, ranked = plan_candidates(space)
+    assert current.plan.spec.spec_type == "draft-mtp"
+    [off] = ranked
+    assert off.name == "drafter off (was draft-mtp)"
+    assert off.pruned is None, off.pruned
+    assert off.plan.spec.spec_type is None
+    assert "spec_type draft-mtp -> default" in off.differs
+    # draft-mtp held the plan to one slot; without it the card's slots come back.
+    assert any(d.startswith("parallel 1 -> ") for d in off.differs), off.differs
+
+
+def test_a_model_that_could_draft_is_tried_with_a_drafter_and_one_that_cannot_is_not(
+) -> None:
+    # The MTP bundle with speculation turned off above the call: the drafter-on
+    # candidate asks for draft-mtp again and the planner plans it.
+    off = replace(_bundle_request("fused-mtp"), explicit_spec_type="none")
+    current, ranked = plan_candidates(_space(off, dimensions=(DRAFTER,)))
+    assert current.plan.spec.spec_type is None
+    [on] = ranked
+    assert (on.name, on.spec_type, on.plan.spec.spec_type) == (
+        "drafter on (draft-mtp)", "draft-mtp", "draft-mtp")
+    assert on.pruned is None
+    # The dense bundle drafts with its small drafter file: tried without it.
+    [simple_off] = plan_candidates(_space(_bundle_request("fused-dense"),
+                                          dimensions=(DRAFTER,)))[1]
+    assert (simple_off.name, simple_off.plan.spec.spec_type) == (
+        "drafter off (was draft-simple)", None)
+    # A bare model with no head and no drafter file has nothing to draft with.
+    assert plan_candidates(_space(_request(), dimensions=(DRAFTER,)))[1] == ()
 
 
 def test_the_quality_table_is_seed_004s() -> None:

@@ -1,5 +1,6 @@
 """``harness tune`` on the real CPU build: a card with a poor micro-batch is beaten by
-the candidate that fixes it, and a card already at its best holds.
+the candidate that fixes it, a card already at its best holds, and a bundle whose
+drafts are never accepted is faster with its drafter off.
 
 The card is a test card in its own config folder (``--configs``), named by ``--gpu``
 like any card; the CPU build runs its plan (the GPU fields are inert there). A 256-token
@@ -119,3 +120,28 @@ def test_a_card_at_its_best_holds_across_runs(harness_build: BuildUnderTest,
         for row in measured:
             assert row["measured"]["error"] is None
             assert row["measured"]["verdict"] != "better"
+
+
+@pytest.mark.server
+@pytest.mark.alone
+def test_a_drafter_whose_drafts_are_never_accepted_loses_to_no_drafter(
+        harness_build: BuildUnderTest, tmp_path: Path) -> None:
+    """The MTP fixture's head has random weights: its drafts are rejected, so each token
+    costs the draft as well (measured here: decode x1.25, interval 1.09-1.42)."""
+    assert harness_build.info is not None
+    bundle = modelgen.ensure_fixtures().bundle("fused-mtp")
+    done = subprocess.run(
+        [HARNESS, "tune", "--bundle", str(bundle), "--gpu", CARD_NAME, "--vram-mib", "24564",
+         "--configs", str(card_folder(tmp_path / "configs", batch=2048, ubatch=512)),
+         "--build", harness_build.info.key, "--vary", "drafter", "--metric", "decode_tps",
+         "--top", "1", "--budget-s", "60", "--json"],
+        capture_output=True, text=True, timeout=400, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(done.stdout)
+    assert data["winner"] == "drafter off (was draft-mtp)", data["summary"]
+    row = _row(data, "drafter off (was draft-mtp)")
+    assert row["spec_type"] == "none"
+    assert "spec_type draft-mtp -> default" in row["differs"]
+    # The current plan's server drafted; the candidate's did not.
+    assert "--spec-type" in " ".join(data["current"]["argv"])
+    assert "--spec-type" not in " ".join(row["argv"])

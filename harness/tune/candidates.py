@@ -3,9 +3,11 @@
 Every candidate is the current plan with one dimension changed (a "one-factor"
 neighbourhood): the K/V cache type (each the build supports and
 configs/gpu/kv_quality.json weights), flash attention, batch/ubatch, threads on a host
-build, and the number of slots. Each goes through the planner as a per-call override,
-so the planner's own rules (cache types the build takes, fitting, offload, release
-rules) apply to it as to any launch. A candidate the planner changes or cannot send is
+build, the number of slots, and speculation (the drafter off where the plan drafts, on
+where the model or bundle could and the plan does not). Each goes through the planner
+as a per-call override (speculation as the request's explicit spec type), so the
+planner's own rules (cache types the build takes, fitting, offload, draft-mtp's one
+slot, release rules) apply to it as to any launch. A candidate the planner changes or cannot send is
 pruned with the reason; so is one that fits worse than the current plan (fewer layers
 on the GPU, or weights moved to the host).
 
@@ -19,8 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from harness.planning.decode_speed import Bandwidths, predict_plan
+from harness.planning.drafter import DRAFT_MTP, DRAFT_SIMPLE
 from harness.planning.launch_plan import LaunchPlan, PlanRequest, plan_launch
 from harness.tune.quality import KvQuality, pair_quality, pair_read_cost
 
@@ -29,8 +33,11 @@ FLASH_ATTN = "flash-attn"
 BATCH = "batch"
 THREADS = "threads"
 SLOTS = "slots"
+DRAFTER = "drafter"
 #: Every dimension, in the order candidates that tie on the prediction are measured.
-DIMENSIONS = (KV, BATCH, FLASH_ATTN, THREADS, SLOTS)
+DIMENSIONS = (KV, BATCH, FLASH_ATTN, THREADS, SLOTS, DRAFTER)
+#: The explicit spec type that turns speculation off (planning/drafter.py).
+NO_SPEC = "none"
 #: The micro-batch sizes tried (llama.cpp's default is 512 in a batch of 2048).
 UBATCH_SIZES = (256, 512, 1024, 2048)
 #: The batch a plan that sets none runs with (llama-server's default).
@@ -55,6 +62,8 @@ class Candidate:
     quality: float | None
     #: Why it is not measured (the planner changed or refused it); None: it is.
     pruned: str | None = None
+    #: The spec type asked of the planner (``none``: no speculation); None: the plan's.
+    spec_type: str | None = None
 
     @property
     def score(self) -> float | None:
@@ -105,14 +114,30 @@ def plan_candidates(space: TuneSpace) -> tuple[Candidate, tuple[Candidate, ...]]
 
 def _candidate(space: TuneSpace, current: Candidate, dimension: str,
                proposal: Proposal) -> Candidate:
-    name, changes, threads = proposal
+    name, changes, threads, spec_type = proposal
     request = replace(space.request, per_call={**space.request.per_call, **changes})
+    if spec_type is not None:
+        request = replace(request, explicit_spec_type=spec_type)
     plan = plan_launch(request)
     predicted, quality = _predict(space, plan)
     differs = _differs(current, plan, threads)
+    pruned = _pruned(current.plan, plan, changes, quality, differs)
+    if pruned is None and spec_type is not None:
+        pruned = _speculation_refused(plan, spec_type)
     return Candidate(name=name, dimension=dimension, changes=dict(changes), threads=threads,
                      plan=plan, differs=differs, predicted_tps=predicted, quality=quality,
-                     pruned=_pruned(current.plan, plan, changes, quality, differs))
+                     pruned=pruned, spec_type=spec_type)
+
+
+def _speculation_refused(plan: LaunchPlan, spec_type: str) -> str | None:
+    """Why the planner did not plan the speculation asked for, or None when it did."""
+    got = plan.spec.spec_type
+    if spec_type == NO_SPEC:
+        return None if got is None else f"the planner still speculates ({got})"
+    if got == spec_type:
+        return None
+    return ("the planner does not speculate with it: "
+            + ("; ".join(plan.drafter.reasons) or "no drafter for this model"))
 
 
 def _predict(space: TuneSpace, plan: LaunchPlan) -> tuple[float | None, float | None]:
@@ -183,7 +208,13 @@ def _plain(value: object) -> str:
 
 # --- the dimensions -------------------------------------------------------------------
 
-Proposal = tuple[str, dict[str, object], int | None]
+class Proposal(NamedTuple):
+    name: str
+    #: Per-call settings over the current plan's request.
+    changes: dict[str, object]
+    threads: int | None = None
+    #: The request's explicit spec type (``none``: no speculation); None: unchanged.
+    spec_type: str | None = None
 
 
 def _kv_types(space: TuneSpace, plan: LaunchPlan) -> list[Proposal]:
@@ -196,13 +227,13 @@ def _kv_types(space: TuneSpace, plan: LaunchPlan) -> list[Proposal]:
         if caps.cache_types_v and name not in caps.cache_types_v:
             continue
         if (name, name) != current:
-            out.append((f"kv {name}", {"cache_type_k": name, "cache_type_v": name}, None))
+            out.append(Proposal(f"kv {name}", {"cache_type_k": name, "cache_type_v": name}))
     return out
 
 
 def _flash_attn(space: TuneSpace, plan: LaunchPlan) -> list[Proposal]:
     current = _plain(plan.spec.flash_attn)
-    return [(f"flash-attn {mode}", {"flash_attn": mode}, None)
+    return [Proposal(f"flash-attn {mode}", {"flash_attn": mode})
             for mode in ("on", "off") if mode != current]
 
 
@@ -214,8 +245,8 @@ def _batch(space: TuneSpace, plan: LaunchPlan) -> list[Proposal]:
         if size == ubatch:
             continue
         wanted_batch = max(batch, size)
-        out.append((f"ubatch {size}", {"batch_size": wanted_batch, "ubatch_size": size},
-                    None))
+        out.append(Proposal(f"ubatch {size}",
+                            {"batch_size": wanted_batch, "ubatch_size": size}))
     return out
 
 
@@ -225,17 +256,31 @@ def _threads(space: TuneSpace, plan: LaunchPlan) -> list[Proposal]:
         return []
     current = space.current_threads or cores
     values = sorted({max(1, cores // 2), max(1, cores - 1), cores} - {current})
-    return [(f"threads {n}", {}, n) for n in values]
+    return [Proposal(f"threads {n}", {}, n) for n in values]
 
 
 def _slots(space: TuneSpace, plan: LaunchPlan) -> list[Proposal]:
     current = plan.spec.parallel or 1
     values = sorted({1, current * 2} - {current})
-    return [(f"slots {n}", {"parallel": n}, None) for n in values]
+    return [Proposal(f"slots {n}", {"parallel": n}) for n in values]
+
+
+def _drafter(space: TuneSpace, plan: LaunchPlan) -> list[Proposal]:
+    if plan.spec.spec_type is not None:
+        return [Proposal(f"drafter off (was {plan.spec.spec_type})", {}, spec_type=NO_SPEC)]
+    request = space.request
+    drafter_file = request.bundle.drafter_path if request.bundle else None
+    if request.model.has_mtp_head or (
+            request.drafter_model is not None and request.drafter_model.has_mtp_head):
+        return [Proposal(f"drafter on ({DRAFT_MTP})", {}, spec_type=DRAFT_MTP)]
+    if drafter_file is not None:
+        return [Proposal(f"drafter on ({DRAFT_SIMPLE})", {}, spec_type=DRAFT_SIMPLE)]
+    return []  # nothing to draft with
 
 
 _GENERATORS: Mapping[str, Callable[[TuneSpace, LaunchPlan], list[Proposal]]] = {
     KV: _kv_types, FLASH_ATTN: _flash_attn, BATCH: _batch, THREADS: _threads, SLOTS: _slots,
+    DRAFTER: _drafter,
 }
 
 

@@ -21,6 +21,10 @@ from harness.tune.winner import Measured
 
 def not_writable(winner: Measured) -> str | None:
     """Why a winner cannot go into a card, or None when it can."""
+    if winner.candidate.spec_type is not None:
+        return (f"{winner.candidate.name} changes speculation, which a card does not set: "
+                "it is the bundle's (its catalog entry's spec_type) or the launch's — "
+                "change it there")
     if not winner.candidate.changes:
         return (f"{winner.candidate.name} changes no card setting (threads are the "
                 "launcher's, not the card's): set it where the server is started")

@@ -75,7 +75,8 @@ def _decision_json(decision: MetricDecision) -> dict[str, Any]:
 def _candidate_json(candidate: Candidate, binary: str) -> dict[str, Any]:
     return {"name": candidate.name, "dimension": candidate.dimension,
             "changes": dict(candidate.changes), "threads": candidate.threads,
-            "differs": list(candidate.differs), "predicted_tps": candidate.predicted_tps,
+            "spec_type": candidate.spec_type, "differs": list(candidate.differs),
+            "predicted_tps": candidate.predicted_tps,
             "quality": candidate.quality, "score": candidate.score,
             "pruned": candidate.pruned,
             "argv": candidate.plan.to_argv(binary, "127.0.0.1", 0)}
