@@ -17,10 +17,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from results_fixtures import make_run
 
 from harness.bisect.journal import read_journal
 from harness.bisect.search import Verdict
+from harness.builds.source import SourceTree, hash_tree
+from harness.commands.bisect import bisect_command
 from harness.results.run_validation import parse_run_json
 
 FAKE_TREE = Path(__file__).parent / "data" / "fake-llama"
@@ -150,6 +153,72 @@ def test_a_side_branch_forked_before_good_is_searched_as_git_bisect_does(
     said = _git(tree, "bisect", "run", "grep", "-q", "--", "--ubatch-size",
                 "tools/server/server.c")
     assert f"{culprit} is the first bad commit" in said
+
+
+def test_a_release_bisect_goes_on_inside_the_first_bad_release(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Releases b9001..b9004 are tags of the stand-in tree; the flag is dropped by the
+    middle one of three commits between b9002 and b9003. The release search names b9003,
+    then the same command searches b9002..b9003 commit by commit and names the culprit.
+
+    The package index is the one thing replaced: the releases it lists, and each
+    release's tree exported from its tag (a real sdist fetch is
+    tests/test_bisect_releases.py's, on real release builds)."""
+    tree = tmp_path / "tagged"
+    shutil.copytree(FAKE_TREE, tree)
+    server = tree / "tools" / "server" / "server.c"
+    original, with_flag = _flag_versions(server)
+    server.write_text(with_flag)
+    _git(tree, "init", "-q", "-b", "main")
+    _commit(tree, "base: the server lists --ubatch-size")
+    _git(tree, "tag", "b9001")
+    (tree / "README.md").write_text("one\n")
+    _commit(tree, "docs: one")
+    _git(tree, "tag", "b9002")
+    (tree / "README.md").write_text("two\n")
+    _commit(tree, "docs: two")
+    server.write_text(original)
+    culprit = _commit(tree, "server: drop --ubatch-size")
+    (tree / "README.md").write_text("three\n")
+    _commit(tree, "docs: three")
+    _git(tree, "tag", "b9003")
+    (tree / "README.md").write_text("four\n")
+    _commit(tree, "docs: four")
+    _git(tree, "tag", "b9004")
+
+    def release_tree(cache: Path, release: int) -> SourceTree:
+        home = cache / "source" / f"release-{release}"
+        if not home.is_dir():
+            home.mkdir(parents=True)
+            archive = subprocess.run(["git", "-C", str(tree), "archive", f"b{release}"],
+                                     check=True, capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(home)], input=archive, check=True)
+        return SourceTree(path=home, digest=hash_tree(home), origin=f"test:b{release}")
+
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("CCACHE_DIR", raising=False)
+    monkeypatch.setattr("harness.commands.bisect.available_releases",
+                        lambda: [9001, 9002, 9003, 9004])
+    monkeypatch.setattr("harness.bisect.ranges.fetch_release", release_tree)
+    done = CliRunner().invoke(bisect_command, [
+        "--source", str(tree), "--good", "release:9001", "--bad", "release:9004",
+        "--script", ORACLE, "--out", str(tmp_path / "out"), "--json"])
+    assert done.exit_code == 0, done.output
+    out = tmp_path / "out"
+    releases = json.loads((out / "result.json").read_text())
+    assert releases["first_bad"]["sha"] == "release:9003"
+    assert "first bad release llama.cpp b9003" in done.output
+    inside = json.loads((out / "result-git.json").read_text())
+    assert inside["first_bad"]["sha"] == culprit
+    # The second search ran from b9002's commit to b9003's, and only there.
+    assert inside["good"] == _git(tree, "rev-parse", "b9002^{commit}")
+    assert inside["bad"] == _git(tree, "rev-parse", "b9003^{commit}")
+    assert inside["commits"] == 4
+    # The release search probed releases only; the git one, commits inside b9003 only.
+    assert {p["commit"] for p in releases["probes"]} <= {
+        f"release:{n}" for n in (9001, 9002, 9003, 9004)}
+    assert culprit in {p["commit"] for p in inside["probes"]}
+    assert (out / "bisect-git.jsonl").is_file()
 
 
 def _bisect(tmp_path: Path, tree: Path, *args: str) -> subprocess.CompletedProcess[str]:
