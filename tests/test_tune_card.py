@@ -17,6 +17,7 @@ from harness.commands._card_write import write_card_checked
 from harness.commands.plan import plan_request
 from harness.errors import ConfigError
 from harness.planning.launch_plan import plan_launch
+from harness.planning.offload import OffloadKind
 from harness.probes.gpu_configs import GPU_CONFIG_DIR, load_gpu_configs
 from harness.results.rules import AbVerdict
 from harness.results.run_record import Hardware
@@ -138,4 +139,7 @@ def test_a_threads_winner_is_not_a_card_setting(tmp_path: Path) -> None:
     drafter_off = replace(winner, candidate=replace(winner.candidate, changes={},
                                                     spec_type="none"))
     assert "changes speculation, which a card does not set" in str(not_writable(drafter_off))
+    split = replace(winner, candidate=replace(
+        winner.candidate, changes={}, avoid_offload=frozenset({OffloadKind.N_CPU_MOE})))
+    assert "changes where weights go" in str(not_writable(split))
     assert not_writable(winner) is None

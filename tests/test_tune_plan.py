@@ -12,14 +12,18 @@ from harness.ab.decision import MetricDecision
 from harness.ab.stats import RatioInterval
 from harness.commands.plan import plan_request
 from harness.facts.build import Capabilities
+from harness.facts.model_facts import LayerBytes
 from harness.planning.decode_speed import HostBandwidth, plan_bandwidths
 from harness.planning.launch_plan import PlanRequest, plan_launch
+from harness.planning.offload import OffloadKind
+from harness.probes.gguf_facts import read_model_facts
 from harness.results.rules import AbVerdict
 from harness.tune.candidates import (
     BATCH,
     DIMENSIONS,
     DRAFTER,
     KV,
+    OFFLOAD,
     SLOTS,
     THREADS,
     Candidate,
@@ -150,6 +154,47 @@ def test_a_model_that_could_draft_is_tried_with_a_drafter_and_one_that_cannot_is
         "drafter off (was draft-simple)", None)
     # A bare model with no head and no drafter file has nothing to draft with.
     assert plan_candidates(_space(_request(), dimensions=(DRAFTER,)))[1] == ()
+
+
+def _big_moe_request(vram_gib: int) -> PlanRequest:
+    """The MoE fixture planned as if every tensor were 5000 times larger (~1 GiB of
+    experts a block), on a card with ``vram_gib``."""
+    path = modelgen.ensure_fixtures().model("moe")
+    facts = read_model_facts(path)
+    layers = tuple(LayerBytes(b.index, b.expert * 5000, b.dense_ffn * 5000, b.other * 5000)
+                   for b in facts.layer_bytes)
+    model = replace(facts, layer_bytes=layers, file_size=facts.file_size * 5000,
+                    non_layer_bytes=facts.non_layer_bytes * 5000)
+    request = plan_request(None, path, gpu_name=RTX_4090[0], vram_mib=vram_gib * 1024,
+                           build=None, overrides={"ctx_size": 4096})
+    return replace(request, model=model,
+                   capabilities=Capabilities(cache_types_k=STOCK, cache_types_v=STOCK))
+
+
+def test_a_model_split_across_gpu_and_host_is_tried_with_the_planners_other_splits(
+) -> None:
+    current, ranked = plan_candidates(_space(_big_moe_request(4), dimensions=(OFFLOAD,)))
+    assert current.plan.offload is not None
+    assert current.plan.offload.kind is OffloadKind.N_CPU_MOE
+    n = current.plan.spec.n_cpu_moe
+    by_name = {c.name: c for c in ranked}
+    assert set(by_name) == {"offload --cpu-moe", "offload whole layers"}
+    every_expert = by_name["offload --cpu-moe"]
+    # Measured although it moves more to the host: a different split is the question.
+    assert every_expert.pruned is None
+    assert every_expert.plan.spec.cpu_moe
+    assert every_expert.plan.spec.n_cpu_moe is None
+    assert f"n_cpu_moe {n} -> default" in every_expert.differs
+    assert "cpu_moe False -> True" in every_expert.differs
+    layers = by_name["offload whole layers"]
+    assert layers.plan.offload is not None
+    assert layers.plan.offload.kind is OffloadKind.LAYER_SPLIT
+    # Asked, not lacking: the plan says so and warns of no unsupported switch.
+    assert "--n-cpu-moe left out as asked" in layers.plan.offload.reason
+    assert layers.plan.offload.wanted is None
+    assert not layers.plan.warnings
+    # A model that fits has no offload candidates.
+    assert plan_candidates(_space(_big_moe_request(80), dimensions=(OFFLOAD,)))[1] == ()
 
 
 def test_the_quality_table_is_seed_004s() -> None:

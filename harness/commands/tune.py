@@ -72,7 +72,7 @@ DEFAULT_TUNE_PROMPT = 512
               help="The build to measure (default: the cached pinned CPU build).")
 @click.option("--vary", multiple=True, metavar="DIMS",
               help="Dimensions to try, comma separated: kv, batch, flash-attn, threads, "
-                   "slots, drafter (default: all).")
+                   "slots, drafter, offload (default: all).")
 @click.option("--top", type=click.IntRange(1, 64), default=DEFAULT_TOP, show_default=True,
               help="Candidates measured, best predicted first.")
 @click.option("--budget-s", type=click.FloatRange(min=1), default=DEFAULT_BUDGET_S,

@@ -87,6 +87,8 @@ class PlanRequest:
     #: The llama.cpp release of the build (``BuildInfo.release.number``): the KV model
     #: follows that release's rules (planning/release_rules.py). None: planned as the pin.
     release: int | None = None
+    #: Offload kinds the plan is asked not to use (``harness tune``'s offload candidates).
+    avoid_offload: frozenset[OffloadKind] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -322,6 +324,7 @@ def _plan_offload(request: PlanRequest, kv: KvPlan | None, drafter: DrafterDecis
         kv.total_bytes if kv and kv.valid else 0,
         request.ram_budget_bytes if request.ram_budget_bytes is not None else _UNBOUNDED_RAM,
         drafter_bytes, unavailable=unavailable_offload_kinds(request.capabilities),
+        avoided=request.avoid_offload,
     )
     reasons.append(plan.reason)
     return plan

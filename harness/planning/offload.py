@@ -172,14 +172,17 @@ def plan_offload(model: ModelFacts, vram_budget_bytes: int, kv_bytes: int,
                  ram_budget_bytes: int, drafter_bytes: int = 0, *,
                  margin_bytes: int = DEFAULT_MARGIN_BYTES,
                  compute_reserve_bytes: int = COMPUTE_RESERVE_BYTES,
-                 unavailable: frozenset[OffloadKind] = frozenset()) -> OffloadPlan:
+                 unavailable: frozenset[OffloadKind] = frozenset(),
+                 avoided: frozenset[OffloadKind] = frozenset()) -> OffloadPlan:
     """Plan where ``model``'s weights go for a launch.
 
     ``vram_budget_bytes``: GPU memory this launch may use (0 or less: no GPU);
     ``kv_bytes``: the KV cache the launch allocates on the GPU; ``ram_budget_bytes``: the
     system RAM the moved weights may take (the caller passes the smaller of a configured
     budget and the free RAM); ``drafter_bytes``: a speculative drafter's resident bytes;
-    ``unavailable``: kinds whose switch the build lacks (``build_support.py``).
+    ``unavailable``: kinds whose switch the build lacks (``build_support.py``);
+    ``avoided``: kinds the caller asks the plan not to use although the build has them
+    (``harness tune``'s offload candidates): the same substitutes, no "not supported".
     Raises ValueError when ``model.layer_bytes`` is present but not one entry per block.
     """
     margin = max(0, margin_bytes)
@@ -187,10 +190,16 @@ def plan_offload(model: ModelFacts, vram_budget_bytes: int, kv_bytes: int,
     budget = _Budget(vram_budget_bytes, margin, reserves)
     layers = _ordered_layers(model)
     ideal = _plan_ideal(model, layers, budget, ram_budget_bytes)
-    if ideal.kind not in unavailable:
+    skipped = unavailable | avoided
+    if ideal.kind not in skipped:
         return replace(ideal, unavailable=unavailable)
-    return replace(_substitute(ideal, model, layers, budget, unavailable),
-                   unavailable=unavailable, wanted=ideal.kind)
+    if ideal.kind in unavailable:
+        lacking = not_supported_reason([OVERRIDE_FLAGS[ideal.kind]])
+        return replace(_substitute(ideal, model, layers, budget, skipped, lacking=lacking),
+                       unavailable=unavailable, wanted=ideal.kind)
+    lacking = f"{OVERRIDE_FLAGS[ideal.kind]} left out as asked"
+    return replace(_substitute(ideal, model, layers, budget, skipped, lacking=lacking),
+                   unavailable=unavailable)
 
 
 def _plan_ideal(model: ModelFacts, layers: tuple[LayerBytes, ...], budget: _Budget,
@@ -324,9 +333,10 @@ def _plan_dense(model: ModelFacts, layers: Sequence[LayerBytes], budget: _Budget
 
 
 def _substitute(ideal: OffloadPlan, model: ModelFacts, layers: Sequence[LayerBytes],
-                budget: _Budget, unavailable: frozenset[OffloadKind]) -> OffloadPlan:
-    """The nearest plan the build can run when it lacks ``ideal.kind``'s switch."""
-    lacking = not_supported_reason([OVERRIDE_FLAGS[ideal.kind]])
+                budget: _Budget, unavailable: frozenset[OffloadKind], *,
+                lacking: str) -> OffloadPlan:
+    """The nearest plan without ``ideal.kind``'s switch (the build lacks it, or the call
+    asked for none: ``lacking`` says which)."""
     if ideal.kind is OffloadKind.N_CPU_MOE and OffloadKind.CPU_MOE not in unavailable:
         # Every expert instead of the first N blocks': the residue fitted beside the kept
         # suffix, so it fits beside none. (N_CPU_MOE is only planned from exact sizes.)

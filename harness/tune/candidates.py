@@ -3,13 +3,17 @@
 Every candidate is the current plan with one dimension changed (a "one-factor"
 neighbourhood): the K/V cache type (each the build supports and
 configs/gpu/kv_quality.json weights), flash attention, batch/ubatch, threads on a host
-build, the number of slots, and speculation (the drafter off where the plan drafts, on
-where the model or bundle could and the plan does not). Each goes through the planner
+build, the number of slots, speculation (the drafter off where the plan drafts, on
+where the model or bundle could and the plan does not), and where weights go when the
+model does not fit the card (the planner's other offload kinds: ``--cpu-moe`` for
+``--n-cpu-moe N``, whole layers for either split). Each goes through the planner
 as a per-call override (speculation as the request's explicit spec type), so the
 planner's own rules (cache types the build takes, fitting, offload, draft-mtp's one
-slot, release rules) apply to it as to any launch. A candidate the planner changes or cannot send is
-pruned with the reason; so is one that fits worse than the current plan (fewer layers
-on the GPU, or weights moved to the host).
+slot, release rules) apply to it as to any launch; an offload kind is asked as a kind
+the plan must avoid, so the planner's own substitute is what is measured. A candidate
+the planner changes or cannot send is pruned with the reason; so is one that fits worse
+than the current plan (fewer layers on the GPU, or weights moved to the host), except
+an offload candidate, whose point is a different split.
 
 Rank: predicted decode tokens/s (planning/decode_speed.py, at the deepest predicted
 depth, the cache read at its type's read cost) times the K/V pair's quality weight
@@ -26,6 +30,7 @@ from typing import NamedTuple
 from harness.planning.decode_speed import Bandwidths, predict_plan
 from harness.planning.drafter import DRAFT_MTP, DRAFT_SIMPLE
 from harness.planning.launch_plan import LaunchPlan, PlanRequest, plan_launch
+from harness.planning.offload import OffloadKind
 from harness.tune.quality import KvQuality, pair_quality, pair_read_cost
 
 KV = "kv"
@@ -34,8 +39,9 @@ BATCH = "batch"
 THREADS = "threads"
 SLOTS = "slots"
 DRAFTER = "drafter"
+OFFLOAD = "offload"
 #: Every dimension, in the order candidates that tie on the prediction are measured.
-DIMENSIONS = (KV, BATCH, FLASH_ATTN, THREADS, SLOTS, DRAFTER)
+DIMENSIONS = (KV, BATCH, FLASH_ATTN, THREADS, SLOTS, DRAFTER, OFFLOAD)
 #: The explicit spec type that turns speculation off (planning/drafter.py).
 NO_SPEC = "none"
 #: The micro-batch sizes tried (llama.cpp's default is 512 in a batch of 2048).
@@ -64,6 +70,8 @@ class Candidate:
     pruned: str | None = None
     #: The spec type asked of the planner (``none``: no speculation); None: the plan's.
     spec_type: str | None = None
+    #: Offload kinds the planner was asked to avoid (an offload candidate).
+    avoid_offload: frozenset[OffloadKind] = frozenset()
 
     @property
     def score(self) -> float | None:
@@ -114,19 +122,21 @@ def plan_candidates(space: TuneSpace) -> tuple[Candidate, tuple[Candidate, ...]]
 
 def _candidate(space: TuneSpace, current: Candidate, dimension: str,
                proposal: Proposal) -> Candidate:
-    name, changes, threads, spec_type = proposal
-    request = replace(space.request, per_call={**space.request.per_call, **changes})
+    name, changes, threads, spec_type, avoid = proposal
+    request = replace(space.request, per_call={**space.request.per_call, **changes},
+                      avoid_offload=space.request.avoid_offload | avoid)
     if spec_type is not None:
         request = replace(request, explicit_spec_type=spec_type)
     plan = plan_launch(request)
     predicted, quality = _predict(space, plan)
     differs = _differs(current, plan, threads)
-    pruned = _pruned(current.plan, plan, changes, quality, differs)
+    pruned = _pruned(current.plan, plan, changes, quality, differs,
+                     moves_weights=dimension == OFFLOAD)
     if pruned is None and spec_type is not None:
         pruned = _speculation_refused(plan, spec_type)
     return Candidate(name=name, dimension=dimension, changes=dict(changes), threads=threads,
                      plan=plan, differs=differs, predicted_tps=predicted, quality=quality,
-                     pruned=pruned, spec_type=spec_type)
+                     pruned=pruned, spec_type=spec_type, avoid_offload=avoid)
 
 
 def _speculation_refused(plan: LaunchPlan, spec_type: str) -> str | None:
@@ -155,7 +165,8 @@ def _predict(space: TuneSpace, plan: LaunchPlan) -> tuple[float | None, float | 
 
 
 def _pruned(current: LaunchPlan, plan: LaunchPlan, changes: Mapping[str, object],
-            quality: float | None, differs: tuple[str, ...]) -> str | None:
+            quality: float | None, differs: tuple[str, ...], *,
+            moves_weights: bool = False) -> str | None:
     if plan.unsupported:
         return "the build lacks " + ", ".join(plan.unsupported)
     for name, wanted in changes.items():
@@ -167,7 +178,8 @@ def _pruned(current: LaunchPlan, plan: LaunchPlan, changes: Mapping[str, object]
     if quality is None:
         return (f"cache types {plan.spec.cache_type_k}/{plan.spec.cache_type_v} have no "
                 "quality weight (configs/gpu/kv_quality.json)")
-    if _gpu_layers(plan) < _gpu_layers(current) or _host_share(plan) > _host_share(current):
+    if not moves_weights and (_gpu_layers(plan) < _gpu_layers(current)
+                              or _host_share(plan) > _host_share(current)):
         return "it does not fit where the current plan does (weights leave the GPU)"
     if not differs:
         return "the plan it gives is the current plan"
@@ -186,8 +198,8 @@ def _host_share(plan: LaunchPlan) -> int:
 
 #: The fields a candidate's table row compares with the current plan.
 COMPARED = ("cache_type_k", "cache_type_v", "flash_attn", "batch_size", "ubatch_size",
-            "parallel", "ctx_size", "n_gpu_layers", "n_cpu_moe", "n_cpu_ffn", "spec_type",
-            "drafter")
+            "parallel", "ctx_size", "n_gpu_layers", "n_cpu_moe", "cpu_moe", "n_cpu_ffn",
+            "spec_type", "drafter")
 
 
 def _differs(current: Candidate, plan: LaunchPlan, threads: int | None) -> tuple[str, ...]:
@@ -215,6 +227,8 @@ class Proposal(NamedTuple):
     threads: int | None = None
     #: The request's explicit spec type (``none``: no speculation); None: unchanged.
     spec_type: str | None = None
+    #: Offload kinds the plan must avoid (its planner substitutes another).
+    avoid_offload: frozenset[OffloadKind] = frozenset()
 
 
 def _kv_types(space: TuneSpace, plan: LaunchPlan) -> list[Proposal]:
@@ -278,9 +292,27 @@ def _drafter(space: TuneSpace, plan: LaunchPlan) -> list[Proposal]:
     return []  # nothing to draft with
 
 
+#: Each split's alternatives, as the kinds to avoid: the planner's own substitutes.
+_OTHER_SPLITS: Mapping[OffloadKind, tuple[tuple[str, frozenset[OffloadKind]], ...]] = {
+    OffloadKind.N_CPU_MOE: (
+        ("offload --cpu-moe", frozenset({OffloadKind.N_CPU_MOE})),
+        ("offload whole layers", frozenset({OffloadKind.N_CPU_MOE, OffloadKind.CPU_MOE}))),
+    OffloadKind.CPU_MOE: (("offload whole layers", frozenset({OffloadKind.CPU_MOE})),),
+    OffloadKind.N_CPU_FFN: (("offload whole layers", frozenset({OffloadKind.N_CPU_FFN})),),
+}
+
+
+def _offload(space: TuneSpace, plan: LaunchPlan) -> list[Proposal]:
+    """Where the model does not fit: the other ways to split it (none where it fits)."""
+    if plan.offload is None:
+        return []
+    return [Proposal(name, {}, avoid_offload=avoid)
+            for name, avoid in _OTHER_SPLITS.get(plan.offload.kind, ())]
+
+
 _GENERATORS: Mapping[str, Callable[[TuneSpace, LaunchPlan], list[Proposal]]] = {
     KV: _kv_types, FLASH_ATTN: _flash_attn, BATCH: _batch, THREADS: _threads, SLOTS: _slots,
-    DRAFTER: _drafter,
+    DRAFTER: _drafter, OFFLOAD: _offload,
 }
 
 

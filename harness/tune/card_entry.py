@@ -21,6 +21,10 @@ from harness.tune.winner import Measured
 
 def not_writable(winner: Measured) -> str | None:
     """Why a winner cannot go into a card, or None when it can."""
+    if winner.candidate.avoid_offload:
+        return (f"{winner.candidate.name} changes where weights go, which the planner "
+                "decides from the model's sizes and the card's VRAM, not a card setting: "
+                "the measured figures are the evidence to change that rule")
     if winner.candidate.spec_type is not None:
         return (f"{winner.candidate.name} changes speculation, which a card does not set: "
                 "it is the bundle's (its catalog entry's spec_type) or the launch's — "

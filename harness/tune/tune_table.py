@@ -75,7 +75,9 @@ def _decision_json(decision: MetricDecision) -> dict[str, Any]:
 def _candidate_json(candidate: Candidate, binary: str) -> dict[str, Any]:
     return {"name": candidate.name, "dimension": candidate.dimension,
             "changes": dict(candidate.changes), "threads": candidate.threads,
-            "spec_type": candidate.spec_type, "differs": list(candidate.differs),
+            "spec_type": candidate.spec_type,
+            "avoid_offload": sorted(k.value for k in candidate.avoid_offload),
+            "differs": list(candidate.differs),
             "predicted_tps": candidate.predicted_tps,
             "quality": candidate.quality, "score": candidate.score,
             "pruned": candidate.pruned,
