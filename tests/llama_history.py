@@ -34,9 +34,15 @@ class History:
         return next(i for i, s in enumerate(self.subjects) if s.startswith(subject_start))
 
 
+#: Fixed commit dates: a history written again has the same commit ids, so a bisect over
+#: it finds each commit's build from the digest kept by the last run (no export).
+COMMIT_DATE = "2026-01-01T00:00:00+00:00"
+
+
 def git(tree: Path, *args: str) -> str:
     env = {**os.environ, "GIT_AUTHOR_NAME": "harness", "GIT_AUTHOR_EMAIL": "harness@localhost",
-           "GIT_COMMITTER_NAME": "harness", "GIT_COMMITTER_EMAIL": "harness@localhost"}
+           "GIT_COMMITTER_NAME": "harness", "GIT_COMMITTER_EMAIL": "harness@localhost",
+           "GIT_AUTHOR_DATE": COMMIT_DATE, "GIT_COMMITTER_DATE": COMMIT_DATE}
     return subprocess.run(["git", "-C", str(tree), *args], check=True, capture_output=True,
                           text=True, env=env).stdout.strip()
 

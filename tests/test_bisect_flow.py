@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 from results_fixtures import make_run
 
+from harness.bisect.history import Commit, known_digest
 from harness.bisect.journal import read_journal
 from harness.bisect.search import Verdict
 from harness.builds.source import SourceTree, hash_tree
@@ -266,6 +267,16 @@ def test_a_bisect_skips_the_broken_build_and_names_the_commit_that_dropped_the_f
     record = tmp_path / "cache" / "builds" / said[shas[4]]["build_key"] / "build.json"
     assert json.loads(record.read_text())["source_origin"] == f"git:{shas[4]}"
     assert list((tmp_path / "cache" / "source").glob("git-*")) == []
+    # Each export's digest is kept per commit, so the next bisect over these commits finds
+    # their builds without exporting them again: every built probe is a cache hit.
+    memo = tmp_path / "cache" / "source" / "commit-digests" / shas[4]
+    assert memo.read_text().strip() == json.loads(record.read_text())["source_digest"]
+    again = _bisect(tmp_path, tree, "--good", shas[0], "--bad", "main", "--script", ORACLE,
+                    "--json", "--out", str(tmp_path / "again"))
+    assert again.returncode == 0, again.stderr
+    probes = json.loads(again.stdout)["probes"]
+    assert {p["commit"]: p["cache_hit"] for p in probes if p["verdict"] != "skip"} == {
+        sha: True for sha in (shas[0], shas[3], shas[4], shas[5])}
 
 
 def test_an_interrupted_bisect_resumes_from_its_journal_without_probing_again(
@@ -350,3 +361,19 @@ def test_one_oracle_is_needed(tmp_path: Path, history: tuple[Path, list[str]]) -
                        "suites/../etc/passwd::x")
     assert bad_test.returncode == 2
     assert "names no suite test" in bad_test.stderr
+
+
+def test_a_commit_digest_that_is_not_one_is_ignored(tmp_path: Path) -> None:
+    """The per-commit digest is a cache file: anything but one hex digest in it means
+    "export again", and only a commit id names such a file."""
+    commit = Commit("a" * 40, "a commit")
+    assert known_digest(tmp_path, commit) is None
+    memo = tmp_path / "source" / "commit-digests" / commit.sha
+    memo.parent.mkdir(parents=True)
+    for text in ("", "not a digest\n", "f" * 63, "\xff" * 64):
+        memo.write_text(text, encoding="latin-1")
+        assert known_digest(tmp_path, commit) is None
+    memo.write_text("0" * 64 + "\n")
+    assert known_digest(tmp_path, commit) == "0" * 64
+    with pytest.raises(ValueError, match="not a commit id"):
+        known_digest(tmp_path, Commit("../../etc/passwd", "no"))

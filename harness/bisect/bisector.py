@@ -3,9 +3,10 @@ known, only skipped commits remain, or the budget is spent.
 
 Every probe is exported, built through the cached build path (a tree built before is a
 hit; ccache shares what nearby commits have in common), judged, written to the journal
-and reported before the next one starts. Its export is removed once built; the run
-keeps each commit's build, so the endpoints a metric probe rebuilds are not exported
-again. A build that fails is a skip, with its error
+and reported before the next one starts. Its export is removed once built; a commit
+whose tree digest an earlier export recorded and whose build is in the cache is not
+exported at all, and the run keeps each commit's build, so the endpoints a metric probe
+asks for again cost nothing. A build that fails is a skip, with its error
 as the evidence: the search goes on around it.
 """
 
@@ -23,7 +24,7 @@ from harness.bisect.journal import Header, Journal, Probe
 from harness.bisect.oracles import Oracle, ProbeContext
 from harness.bisect.ranges import CommitRange
 from harness.bisect.search import Parents, Verdict, Window, next_probe, window
-from harness.builds.native import BuildResult, build_server
+from harness.builds.native import BuildResult, build_server, finished_build
 from harness.errors import BuildError, ConfigError
 from harness.facts.commit_ids import short_commit
 from harness.planning.build_plan import BuildRequest
@@ -188,9 +189,12 @@ def build_failure(message: str) -> str:
 def _build(settings: BisectSettings, commit: Commit) -> BuildResult:
     if (known := settings.built.get(commit.sha)) is not None:
         return dataclasses.replace(known, cache_hit=True)
-    with settings.range.source(commit, settings.cache) as source:
-        built = build_server(settings.cache, source,
-                             settings.range.request(settings.request, source))
+    digest = settings.range.known_digest(commit, settings.cache)
+    built = finished_build(settings.cache, digest, settings.request) if digest else None
+    if built is None:
+        with settings.range.source(commit, settings.cache) as source:
+            built = build_server(settings.cache, source,
+                                 settings.range.request(settings.request, source))
     settings.built[commit.sha] = built
     return built
 

@@ -5,14 +5,17 @@ archive``: the tree the commit names, nothing from the working copy. The export 
 under the harness cache (``source/git-<commit>-<random>``) only while it is built, then
 is removed: a llama.cpp tree is about 180 MB, and a bisect that kept every probe's
 export filled a runner's disk (474 of them, 42 GB, on the project's CI machine). The
-finished build is what later runs reuse, found by the tree's digest; ccache reads every
-tree at one relative path (``builds/<key>/source``), so a commit next to one built
-before still recompiles only the files that differ, wherever its export lay.
+finished build is what later runs reuse, found by the tree's digest, which is kept per
+commit (``source/commit-digests/<commit>``, a line each: a commit's tree never changes)
+so a commit built before is not exported again; ccache reads every tree at one relative
+path (``builds/<key>/source``), so a commit next to one built before still recompiles
+only the files that differ, wherever its export lay.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -25,9 +28,12 @@ from pathlib import Path
 from harness.builds.source import SourceTree, hash_tree
 from harness.errors import ConfigError, SourceError
 from harness.facts.commit_ids import short_commit
+from harness.files import atomic_write_bytes
 
 #: git's answers are local and quick; this bounds a wedged repository.
 GIT_LIMIT_S = 120.0
+_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -115,9 +121,29 @@ def exported(tree: Path, commit: Commit, cache: Path) -> Iterator[SourceTree]:
     home.parent.mkdir(parents=True, exist_ok=True)
     try:
         _archive(tree, commit.sha, home)
-        yield SourceTree(path=home, digest=hash_tree(home), origin=f"git:{commit.sha}")
+        digest = hash_tree(home)
+        memo = _digest_file(cache, commit)
+        memo.parent.mkdir(exist_ok=True)
+        atomic_write_bytes(memo, (digest + "\n").encode("ascii"))
+        yield SourceTree(path=home, digest=digest, origin=f"git:{commit.sha}")
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def known_digest(cache: Path, commit: Commit) -> str | None:
+    """The digest an earlier export of ``commit`` hashed to; None when none was made
+    (or its line is unreadable: the commit is exported again)."""
+    try:
+        text = _digest_file(cache, commit).read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text if _DIGEST.fullmatch(text) else None
+
+
+def _digest_file(cache: Path, commit: Commit) -> Path:
+    if not _SHA.fullmatch(commit.sha):
+        raise ValueError(f"{commit.sha!r} is not a commit id")
+    return cache / "source" / "commit-digests" / commit.sha
 
 
 def _archive(tree: Path, sha: str, home: Path) -> None:

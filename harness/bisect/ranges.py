@@ -20,6 +20,7 @@ from harness.bisect.history import (
     Commit,
     commits_between,
     exported,
+    known_digest,
     parents_between,
     resolve,
 )
@@ -65,6 +66,11 @@ class CommitRange(Protocol):
         """The build of ``source``: the user's options, plus what the tree needs."""
         ...
 
+    def known_digest(self, commit: Commit, cache: Path) -> str | None:
+        """``commit``'s tree digest when known without fetching the tree, for a range
+        whose build is the user's options whatever the tree (git); None: fetch it."""
+        ...
+
 
 @dataclass(frozen=True)
 class GitRange:
@@ -87,6 +93,9 @@ class GitRange:
 
     def request(self, base: BuildRequest, source: SourceTree) -> BuildRequest:
         return base
+
+    def known_digest(self, commit: Commit, cache: Path) -> str | None:
+        return known_digest(cache, commit)
 
 
 def release_of(commit: Commit) -> int | None:
@@ -153,6 +162,9 @@ class ReleaseRange:
         # Older trees need their web UI switched off (their sdists lack its files).
         needed = release_build_request(source.path).extra_cmake_args
         return replace(base, extra_cmake_args=(*base.extra_cmake_args, *needed))
+
+    def known_digest(self, commit: Commit, cache: Path) -> str | None:
+        return None  # the build depends on the tree; its sdist stays in the cache anyway
 
 
 def release_tag(tree: Path, release: Commit) -> Commit:

@@ -88,6 +88,13 @@ def cached_build(cache: Path, source: SourceTree, request: BuildRequest,
     return _load_finished(directory)
 
 
+def finished_build(cache: Path, digest: str, request: BuildRequest) -> BuildResult | None:
+    """The finished build of a tree with ``digest`` on this host's tools, if the cache
+    has one: :func:`build_server`'s cache hit, without the tree at hand."""
+    key = build_key(digest, request, native_toolchain(request).compiler)
+    return _load_finished(builds_dir(cache) / key)
+
+
 @dataclass(frozen=True)
 class NativeToolchain:
     """The tools a native build of one request runs with, and how the key names them."""
