@@ -181,8 +181,8 @@ def plan_offload(model: ModelFacts, vram_budget_bytes: int, kv_bytes: int,
     system RAM the moved weights may take (the caller passes the smaller of a configured
     budget and the free RAM); ``drafter_bytes``: a speculative drafter's resident bytes;
     ``unavailable``: kinds whose switch the build lacks (``build_support.py``);
-    ``avoided``: kinds the caller asks the plan not to use although the build has them
-    (``harness tune``'s offload candidates): the same substitutes, no "not supported".
+    ``avoided``: kinds the caller asks the plan not to use (``harness tune``'s offload
+    candidates): the same substitutes, without "not supported".
     Raises ValueError when ``model.layer_bytes`` is present but not one entry per block.
     """
     margin = max(0, margin_bytes)
@@ -190,16 +190,14 @@ def plan_offload(model: ModelFacts, vram_budget_bytes: int, kv_bytes: int,
     budget = _Budget(vram_budget_bytes, margin, reserves)
     layers = _ordered_layers(model)
     ideal = _plan_ideal(model, layers, budget, ram_budget_bytes)
-    skipped = unavailable | avoided
-    if ideal.kind not in skipped:
+    if ideal.kind not in unavailable | avoided:
         return replace(ideal, unavailable=unavailable)
-    if ideal.kind in unavailable:
-        lacking = not_supported_reason([OVERRIDE_FLAGS[ideal.kind]])
-        return replace(_substitute(ideal, model, layers, budget, skipped, lacking=lacking),
-                       unavailable=unavailable, wanted=ideal.kind)
-    lacking = f"{OVERRIDE_FLAGS[ideal.kind]} left out as asked"
-    return replace(_substitute(ideal, model, layers, budget, skipped, lacking=lacking),
-                   unavailable=unavailable)
+    lacks = ideal.kind in unavailable  # else only asked: no "not supported", no ``wanted``
+    lacking = (not_supported_reason([OVERRIDE_FLAGS[ideal.kind]]) if lacks
+               else f"{OVERRIDE_FLAGS[ideal.kind]} left out as asked")
+    return replace(_substitute(ideal, model, layers, budget, unavailable | avoided,
+                               lacking=lacking),
+                   unavailable=unavailable, wanted=ideal.kind if lacks else None)
 
 
 def _plan_ideal(model: ModelFacts, layers: tuple[LayerBytes, ...], budget: _Budget,
@@ -335,8 +333,7 @@ def _plan_dense(model: ModelFacts, layers: Sequence[LayerBytes], budget: _Budget
 def _substitute(ideal: OffloadPlan, model: ModelFacts, layers: Sequence[LayerBytes],
                 budget: _Budget, unavailable: frozenset[OffloadKind], *,
                 lacking: str) -> OffloadPlan:
-    """The nearest plan without ``ideal.kind``'s switch (the build lacks it, or the call
-    asked for none: ``lacking`` says which)."""
+    """The nearest plan without ``ideal.kind``'s switch; ``lacking`` says why it is out."""
     if ideal.kind is OffloadKind.N_CPU_MOE and OffloadKind.CPU_MOE not in unavailable:
         # Every expert instead of the first N blocks': the residue fitted beside the kept
         # suffix, so it fits beside none. (N_CPU_MOE is only planned from exact sizes.)
