@@ -152,6 +152,19 @@ def test_a_measured_probe_takes_the_side_it_matches_or_none(
                       None if against_bad is None else _decision(against_bad)) is expected
 
 
+@pytest.mark.parametrize(("against_bad", "final", "expected"), [
+    (AbVerdict.IMPROVED, False, Verdict.UNDECIDED),  # the sides disagree: measure more
+    (AbVerdict.IMPROVED, True, Verdict.BAD),  # the last round: past the threshold is bad
+    (AbVerdict.UNKNOWN, False, Verdict.BAD),  # as slow as bad, as far as it can tell
+    (AbVerdict.UNCHANGED, False, Verdict.BAD),
+    (AbVerdict.REGRESSED, False, Verdict.BAD),
+])
+def test_regressed_beside_good_moves_the_search_only_where_the_bad_side_agrees(
+        against_bad: AbVerdict, final: bool, expected: Verdict) -> None:
+    assert verdict_of(_decision(AbVerdict.REGRESSED), _decision(against_bad),
+                      final=final) is expected
+
+
 def test_a_measured_probe_names_its_ratio_interval_and_pairs() -> None:
     assert describe_decision("good", _decision(AbVerdict.REGRESSED, 0.88)) == (
         "decode_tps 0.880 [0.870, 0.890] vs good: regressed, 8 pairs")

@@ -4,9 +4,15 @@ The good endpoint is the reference and is not measured. The bad endpoint must me
 regressed against it, or the regression does not reproduce. A probe is measured in
 rounds, against the good build and then the bad one: regressed beside good means bad,
 unchanged or improved beside good means good, improved beside bad means good,
-unchanged beside bad means bad. Each side is quick to show where the probe differs
-from it (a regression the size of the endpoints' shows in a few pairs) and slow where
-it matches (showing "unchanged" needs a narrow interval), so the rounds start short
+unchanged beside bad means bad. "Regressed beside good" is checked against the bad
+side before it moves the search: a first look of a few pairs can be a false alarm
+(a build identical to the good one read 0.900 [0.852, 0.957] after 6 pairs here), and
+one wrong probe names a wrong commit. Read improved beside bad as well, the two
+disagree and the next round measures both further; in the last round, regressed beside
+good decides (a probe between the ends has regressed past the threshold). Each side is
+quick to show where the probe differs from it (a regression the size of the endpoints'
+shows in a few pairs) and slow where it matches (showing "unchanged" needs a narrow
+interval), so the rounds start short
 (``FIRST_ROUND_S`` a comparison) and double until the probe's budget is spent. Each
 round continues the comparisons of the round before (their pairs count, so the
 intervals narrow), rather than starting them again. A probe that matches neither side
@@ -39,6 +45,10 @@ from harness.results.rules import AbVerdict
 
 #: Seconds of the first comparison against each side; each later round doubles it.
 FIRST_ROUND_S = 30.0
+#: The most a round spends checking "regressed beside good" against the bad side: a
+#: probe as fast as the good one shows improved beside bad in a first look (6 pairs,
+#: about 12 s here), and one as slow as the bad one is let through at this bound.
+CONFIRM_S = 15.0
 #: ``--design``'s default: what ``harness ab --design auto`` picks on this runner.
 AUTO = "auto"
 
@@ -74,10 +84,13 @@ def _ratio(decision: MetricDecision) -> tuple[float, float, float] | None:
     return None if interval is None else (interval.ratio, interval.low, interval.high)
 
 
-def verdict_of(against_good: MetricDecision, against_bad: MetricDecision | None) -> Verdict:
-    """A middle probe's verdict from its comparisons (pure): see the module's doc."""
+def verdict_of(against_good: MetricDecision, against_bad: MetricDecision | None, *,
+               final: bool = True) -> Verdict:
+    """A middle probe's verdict from its comparisons (pure): see the module's doc.
+    ``final``: the last round, where a disagreement is settled by the good side."""
     if against_good.verdict is AbVerdict.REGRESSED:
-        return Verdict.BAD
+        disagree = against_bad is not None and against_bad.verdict is AbVerdict.IMPROVED
+        return Verdict.UNDECIDED if disagree and not final else Verdict.BAD
     if against_good.verdict in (AbVerdict.UNCHANGED, AbVerdict.IMPROVED):
         return Verdict.GOOD
     if against_bad is None:
@@ -126,15 +139,18 @@ class MetricOracle:
         left, round_s, round_number = budget, min(FIRST_ROUND_S, budget / 2), 1
         while left > 0:
             folder = context.folder / f"round-{round_number}"
+            final = left - 2 * round_s <= 0
             against_good = self._continue(sides, "good", good, build, folder=folder,
                                           round_s=round_s)
             said = [describe_decision("good", against_good)]
-            verdict = verdict_of(against_good, None)
-            if verdict is Verdict.UNDECIDED:
-                against_bad = self._continue(sides, "bad", bad, build, folder=folder,
-                                             round_s=round_s)
+            verdict = verdict_of(against_good, None, final=final)
+            if verdict is not Verdict.GOOD:  # undecided, or bad until the bad side agrees
+                confirm = against_good.verdict is AbVerdict.REGRESSED
+                against_bad = self._continue(
+                    sides, "bad", bad, build, folder=folder,
+                    round_s=min(round_s, CONFIRM_S) if confirm else round_s)
                 said.append(describe_decision("bad", against_bad))
-                verdict = verdict_of(against_good, against_bad)
+                verdict = verdict_of(against_good, against_bad, final=final)
             if verdict is not Verdict.UNDECIDED:
                 break
             left -= 2 * round_s
