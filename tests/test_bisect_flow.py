@@ -57,16 +57,24 @@ def _flag_versions(server: Path) -> tuple[str, str]:
     return original, with_flag
 
 
+def _base_with_flag(tree: Path) -> tuple[Path, str, str, str]:
+    """The stand-in tree copied to ``tree`` as a new repository whose first commit's
+    server lists ``--ubatch-size``: (its server.c, that source without the flag and with
+    it, the first commit's id)."""
+    shutil.copytree(FAKE_TREE, tree)
+    server = tree / "tools" / "server" / "server.c"
+    original, with_flag = _flag_versions(server)
+    server.write_text(with_flag)
+    _git(tree, "init", "-q", "-b", "main")
+    return server, original, with_flag, _commit(tree, "base: the server lists --ubatch-size")
+
+
 @pytest.fixture
 def history(tmp_path: Path) -> tuple[Path, list[str]]:
     """base (good), docs, build broken, build fixed, flag dropped (the culprit), docs."""
     tree = tmp_path / "llama.cpp"
-    shutil.copytree(FAKE_TREE, tree)
-    server = tree / "tools" / "server" / "server.c"
-    original, with_flag = _flag_versions(server)
-    _git(tree, "init", "-q", "-b", "main")
-    server.write_text(with_flag)
-    shas = [_commit(tree, "base: the server lists --ubatch-size")]
+    server, original, with_flag, base = _base_with_flag(tree)
+    shas = [base]
     (tree / "README.md").write_text("docs\n")
     shas.append(_commit(tree, "docs: a readme"))
     server.write_text(with_flag + "\nthis does not compile\n")
@@ -88,12 +96,8 @@ def merged(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     branch's four: read as a line, a side commit probed good would clear main's culprit
     listed before it and the merge would be blamed."""
     tree = tmp_path / "merged"
-    shutil.copytree(FAKE_TREE, tree)
-    server = tree / "tools" / "server" / "server.c"
-    original, with_flag = _flag_versions(server)
-    server.write_text(with_flag)
-    _git(tree, "init", "-q", "-b", "main")
-    shas = {"base": _commit(tree, "base: the server lists --ubatch-size")}
+    server, original, _, base = _base_with_flag(tree)
+    shas = {"base": base}
     _git(tree, "checkout", "-q", "-b", "side")
     for number in (1, 2, 3, 4):
         (tree / "SIDE.md").write_text(f"side {number}\n")
@@ -128,12 +132,7 @@ def test_a_side_branch_forked_before_good_is_searched_as_git_bisect_does(
     git bisect searches that branch (its base counts as good) and names the culprit;
     walking only the good commit's descendants would have blamed the merge."""
     tree = tmp_path / "forked"
-    shutil.copytree(FAKE_TREE, tree)
-    server = tree / "tools" / "server" / "server.c"
-    original, with_flag = _flag_versions(server)
-    server.write_text(with_flag)
-    _git(tree, "init", "-q", "-b", "main")
-    _commit(tree, "base: the server lists --ubatch-size")
+    server, original, _, _ = _base_with_flag(tree)
     _git(tree, "checkout", "-q", "-b", "side")
     (tree / "SIDE.md").write_text("side\n")
     _commit(tree, "side: docs")
@@ -166,12 +165,7 @@ def test_a_release_bisect_goes_on_inside_the_first_bad_release(
     release's tree exported from its tag (a real sdist fetch is
     tests/test_bisect_releases.py's, on real release builds)."""
     tree = tmp_path / "tagged"
-    shutil.copytree(FAKE_TREE, tree)
-    server = tree / "tools" / "server" / "server.c"
-    original, with_flag = _flag_versions(server)
-    server.write_text(with_flag)
-    _git(tree, "init", "-q", "-b", "main")
-    _commit(tree, "base: the server lists --ubatch-size")
+    server, original, _, _ = _base_with_flag(tree)
     _git(tree, "tag", "b9001")
     (tree / "README.md").write_text("one\n")
     _commit(tree, "docs: one")
