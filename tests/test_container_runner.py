@@ -26,6 +26,7 @@ from harness.probes.docker_engine import docker_engine
 from harness.runners.container_labels import MANAGED_LABEL, SESSION_ID, SESSION_LABEL
 from harness.runners.container_runner import ContainerRunner, ContainerServer
 from harness.runners.container_sweep import sweep_containers
+from harness.runners.driver_cache import DRIVER_CACHE_ENV, MOUNT_POINT, driver_cache_dir
 
 pytestmark = [pytest.mark.docker, pytest.mark.server]
 
@@ -88,11 +89,30 @@ def test_a_container_serves_the_dense_fixture(runner: ContainerRunner, dense: La
         attrs = engine.containers.get(server.container_id).attrs
         assert attrs["HostConfig"]["NetworkMode"] == "host"
         assert attrs["Config"]["Labels"][SESSION_LABEL] == SESSION_ID
+        # The drivers' caches are one kept host folder, writable, named in the environment.
+        assert f"{driver_cache_dir()}:{MOUNT_POINT}:rw" in attrs["HostConfig"]["Binds"]
+        assert f"MESA_SHADER_CACHE_DIR={MOUNT_POINT}/mesa" in attrs["Config"]["Env"]
         assert server.exit_code() is None
     assert server.exit_code() == 0  # SIGTERM: the server shuts down cleanly
     # -lv 4: the INFO lines the verdicts read are in the followed log.
     assert "llama_kv_cache" in server.log_text()
     assert server.container_id not in _ours(engine)
+
+
+def test_driver_cache_off_mounts_no_cache(image: str, dense: LaunchSpec, tmp_path: Path,
+                                          engine: Any,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(DRIVER_CACHE_ENV, "off")
+    runner = ContainerRunner(image, tmp_path / "logs", ready_timeout_s=60, stop_grace_s=5,
+                             default_threads=2)
+    server = runner.launch(dense)
+    try:
+        attrs = engine.containers.get(server.container_id).attrs
+        assert not any(MOUNT_POINT in bind for bind in attrs["HostConfig"]["Binds"])
+        assert not any(var.startswith("MESA_SHADER_CACHE_DIR=")
+                       for var in attrs["Config"]["Env"])
+    finally:
+        server.stop()
 
 
 def test_stop_removes_the_container_and_is_idempotent(runner: ContainerRunner,

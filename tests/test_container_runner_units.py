@@ -10,6 +10,12 @@ import pytest
 
 from harness.planning.launch import LaunchSpec
 from harness.runners.container_runner import absolute_paths, spec_mounts
+from harness.runners.driver_cache import (
+    CACHE_VARIABLES,
+    MOUNT_POINT,
+    driver_cache_dir,
+    driver_cache_environment,
+)
 from harness.runners.llama_server_container import status_from_docker
 
 
@@ -53,3 +59,29 @@ def test_relative_paths_become_absolute(tmp_path: Path, monkeypatch: pytest.Monk
     assert spec_mounts(spec) == [tmp_path / "m.gguf"]
     unchanged = LaunchSpec(model=Path(os.sep, "abs.gguf"))
     assert absolute_paths(unchanged) is unchanged
+
+
+@pytest.mark.parametrize(("environ", "expected"), [
+    ({"HARNESS_CACHE": "/c"}, Path("/c/driver-cache")),
+    ({"HARNESS_CACHE": "/c", "HARNESS_DRIVER_CACHE": ""}, Path("/c/driver-cache")),
+    ({"HARNESS_CACHE": "/c", "HARNESS_DRIVER_CACHE": " off "}, None),
+    ({"HARNESS_DRIVER_CACHE": "OFF"}, None),
+    ({"HARNESS_DRIVER_CACHE": "/kept/shaders"}, Path("/kept/shaders")),
+])
+def test_the_driver_cache_folder_follows_its_variable(environ: dict[str, str],
+                                                       expected: Path | None) -> None:
+    assert driver_cache_dir(environ) == expected
+
+
+def test_a_relative_driver_cache_is_made_absolute(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # Docker mounts host paths: a relative one would name a volume instead.
+    monkeypatch.chdir(tmp_path)
+    assert driver_cache_dir({"HARNESS_DRIVER_CACHE": "shaders"}) == tmp_path / "shaders"
+
+
+def test_every_driver_cache_variable_points_into_the_mount() -> None:
+    env = driver_cache_environment()
+    assert set(env) == set(CACHE_VARIABLES)
+    assert len(set(env.values())) == len(env)
+    assert all(value.startswith(MOUNT_POINT + "/") for value in env.values())

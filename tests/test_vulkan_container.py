@@ -20,6 +20,7 @@ from harness.facts.build import Backend, BuildInfo
 from harness.planning.build_plan import BuildRequest
 from harness.planning.launch import LaunchSpec
 from harness.runners.container_runner import ContainerRunner
+from harness.runners.driver_cache import driver_cache_dir
 from harness.verdicts.gpu_use import GpuState, gpu_verdict
 
 pytestmark = [pytest.mark.docker, pytest.mark.server]
@@ -70,3 +71,9 @@ def test_llvmpipe_is_a_software_device_not_a_gpu(vulkan_image: str,
     assert block.gpu_mib.get("Vulkan0", 0) > 0  # it really offloaded, to a CPU-run device
     assert not verdict.passed
     assert gpu_verdict(log, "vulkan", allow_software_device=True).passed
+    # Mesa kept what llvmpipe compiled in the runner's driver cache: the next container
+    # start reuses it (about 36 s of compiling on this machine otherwise).
+    cache = driver_cache_dir()
+    assert cache is not None
+    assert any(path.is_file() for path in (cache / "mesa").rglob("*")), (
+        f"nothing in Mesa's shader cache {cache / 'mesa'} after a llvmpipe server")

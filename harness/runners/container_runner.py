@@ -8,6 +8,9 @@ server in a container.
 - Files: the spec's model, drafter and every other path are bind-mounted read-only at
   their own absolute paths, so the argv is the subprocess runner's, byte for byte, bar
   the binary (the image's ``/app/llama-server``).
+- Driver caches: one host folder is mounted read-write for the GPU drivers' shader and
+  kernel caches (:mod:`harness.runners.driver_cache`), so a start compiles only what no
+  earlier start compiled, as on a host.
 - Log: the container's log is followed into a per-server file in ``log_dir``, named as
   a child process's would be.
 - Cleanup: every server is tracked (:mod:`harness.runners.live`) and stopped at
@@ -33,6 +36,7 @@ from harness.planning.launch import LaunchSpec
 from harness.probes.docker_engine import docker_engine
 from harness.probes.gpu_access import check_gpu_access
 from harness.runners.base import WaitCondition
+from harness.runners.driver_cache import MOUNT_POINT, driver_cache_dir, driver_cache_environment
 from harness.runners.launching import (
     DEFAULT_READY_TIMEOUT_S,
     DEFAULT_STOP_GRACE_S,
@@ -189,6 +193,8 @@ class ContainerRunner:
         self.default_threads = default_threads
         self.gpu = gpu
         self.gpu_args = check_gpu_access(gpu, runtimes) if gpu is not None else None
+        #: The drivers' shader and kernel caches, kept across starts (None: not mounted).
+        self.driver_cache = driver_cache_dir()
 
     def launch(self, spec: LaunchSpec) -> ContainerServer:
         """Start the container and return at once, without waiting for readiness."""
@@ -204,9 +210,17 @@ class ContainerRunner:
         # Created before the container starts: readers find the file at once, and the
         # log follower appends to it.
         launch.log_path.write_bytes(b"")
-        environment = {**(self.gpu_args.environment if self.gpu_args else {}), **self.env}
+        writable: dict[Path, str] = {}
+        cache_env: dict[str, str] = {}
+        if self.driver_cache is not None:
+            self.driver_cache.mkdir(parents=True, exist_ok=True)
+            writable[self.driver_cache] = MOUNT_POINT
+            cache_env = driver_cache_environment()
+        environment = {**cache_env, **(self.gpu_args.environment if self.gpu_args else {}),
+                       **self.env}
         container = LlamaServerContainer(
             self.image, launch.argv[1:], launch.log_path, mounts=spec_mounts(launch.spec),
-            env=environment, gpu=self.gpu_args, stop_grace_s=self.stop_grace_s)
+            writable_mounts=writable, env=environment, gpu=self.gpu_args,
+            stop_grace_s=self.stop_grace_s)
         container.start()
         return ContainerServer(container, launch.argv)

@@ -102,6 +102,7 @@ class LlamaServerContainer(DockerContainer):
         log_path: Path,
         *,
         mounts: Iterable[Path] = (),
+        writable_mounts: Mapping[Path, str] | None = None,
         env: Mapping[str, str] | None = None,
         labels: Mapping[str, str] | None = None,
         gpu: ContainerGpuArgs | None = None,
@@ -113,6 +114,8 @@ class LlamaServerContainer(DockerContainer):
         self.with_command(list(server_args))
         for path in mounts:
             self.with_volume_mapping(str(path), str(path), "ro")
+        for host, inside in (writable_mounts or {}).items():
+            self.with_volume_mapping(str(host), inside, "rw")
         self._kwargs = {
             **self._kwargs,
             "network_mode": "host",
