@@ -59,7 +59,7 @@ def _ab(*args: str, env: dict[str, str] | None = None,
 def test_the_same_build_twice_is_not_a_regression(harness_build: BuildUnderTest) -> None:
     key = str(harness_build.binary)
     result = _ab("--baseline", key, "--candidate", key, "--metric", "decode_tps",
-                 "--metric", "load_s", "--budget-s", "25", "--seed", "4", "--json")
+                 "--metric", "load_s", "--budget-s", "12", "--seed", "4", "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     body = json.loads(result.stdout)
     verdicts = {m["metric"]: m["verdict"] for m in body["metrics"]}

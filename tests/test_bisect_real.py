@@ -102,7 +102,7 @@ def test_the_decode_metric_names_the_commit_that_slowed_decode(slowed: History,
 def test_endpoints_that_measure_the_same_are_not_bisected(slowed: History,
                                                           tmp_path: Path) -> None:
     fixed = slowed.shas[slowed.index("server: the configure step fixed")]
-    result = _bisect(slowed, tmp_path, "--metric", "decode_tps", "--ab-budget-s", "30",
+    result = _bisect(slowed, tmp_path, "--metric", "decode_tps", "--ab-budget-s", "15",
                      bad=fixed, exit_code=2)
     assert result["reproduced"] is False
     probes = result["probes"]

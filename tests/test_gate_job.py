@@ -43,7 +43,7 @@ AB_ARGS = "--metric decode_tps --budget-s 100"
 #: shorter budget cannot add false alarms: blocks are the same size whatever the budget,
 #: so the looks at the pairs are the same ones, only fewer. (A false "regressed" after
 #: 6 pairs, seen once on a noisy host at 40 s, would have been the same first look at 100 s.)
-AB_SAME_BUILD_ARGS = "--metric decode_tps --budget-s 30"
+AB_SAME_BUILD_ARGS = "--metric decode_tps --budget-s 15"
 
 
 @dataclass(frozen=True)
@@ -222,3 +222,6 @@ def test_a_git_ref_baseline_without_a_source_checkout_is_refused(tmp_path: Path)
     assert done.returncode == 2, _detail(done)
     assert "HARNESS_GATE_AB_BASELINE=main is a git ref, which needs HARNESS_SOURCE" \
         in done.stderr
+    # Refused before the build and the suites: nothing was run or recorded.
+    assert "gate: suites exit" not in done.stderr
+    assert not (tmp_path / "out" / "run.json").exists()

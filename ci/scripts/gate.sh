@@ -108,6 +108,15 @@ export HARNESS_RUN_ID=${HARNESS_RUN_ID:-$(date -u +%Y%m%dT%H%M%SZ)-$backend-$ran
 echo "$HARNESS_RUN_ID" >"$out/run-id"
 echo "gate: run $HARNESS_RUN_ID, $backend, runner $runner, branch ${HARNESS_BRANCH:-(from git)}" >&2
 
+# Settings that cannot work are refused before anything is built or run, so a job
+# set up wrongly fails in seconds, not after its suites.
+ab_baseline=${HARNESS_GATE_AB_BASELINE:-}
+if [ -n "$ab_baseline" ] && [ "$ab_baseline" != pin ] && [ -z "${HARNESS_SOURCE:-}" ]; then
+  echo "gate: HARNESS_GATE_AB_BASELINE=$ab_baseline is a git ref, which needs" \
+       "HARNESS_SOURCE (the llama.cpp checkout it is a ref of); or use pin" >&2
+  exit 2
+fi
+
 # -- 1. the build under test ------------------------------------------------------
 run_args=(--harness-runner "$runner")
 # shellcheck disable=SC2206  # a word list on purpose
@@ -160,16 +169,10 @@ echo "gate: suites exit $suites_rc" >&2
 
 # -- 2b. the paired A/B against a baseline build ------------------------------------
 ab_rc=0
-ab_baseline=${HARNESS_GATE_AB_BASELINE:-}
 if [ -n "$ab_baseline" ]; then
   if [ "$runner" = container ]; then candidate=$image; else candidate=$binary; fi
   ab_source=()
   if [ "$ab_baseline" != pin ]; then
-    if [ -z "${HARNESS_SOURCE:-}" ]; then
-      echo "gate: HARNESS_GATE_AB_BASELINE=$ab_baseline is a git ref, which needs" \
-           "HARNESS_SOURCE (the llama.cpp checkout it is a ref of); or use pin" >&2
-      exit 2
-    fi
     ab_tree=$out/ab-baseline-source
     rm -rf "$ab_tree"
     mkdir -p "$ab_tree"
