@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's tests: ruff, mypy, then pytest (unit tests and the suites against the
-# real server) on three xdist workers, the speed-measuring tests alone, and — where a
+# real server) on two xdist workers, the speed-measuring tests alone, and — where a
 # Docker engine answers — the suites again against the server in containers. Builds come first so their progress shows here
 # rather than inside a test's timeout.
 set -euo pipefail
@@ -38,8 +38,7 @@ else
   echo "test: no Docker engine answers: docker-marked tests skip and the container runs of" \
        "the suites are left out (start one: dockerd --bridge=none --iptables=false &)" >&2
 fi
-# Three workers on two cores: many tests wait on servers, containers and children.
-workers=${HARNESS_TEST_WORKERS:-3}
+workers=${HARNESS_TEST_WORKERS:-2}
 # pytest exits 5 when it collected no tests; set -e makes that fail the run too.
 .venv/bin/python -m pytest -n "$workers" -m "not alone" "$@"
 # Tests that measure speed run afterwards with nothing beside them.
