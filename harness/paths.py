@@ -8,6 +8,7 @@ checkout and for a wheel installed into site-packages.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from harness.resources import card_path, resource_path
@@ -26,7 +27,7 @@ def suites_ini() -> Path:
     return resource_path("suites.ini")
 
 
-def cache_root(environ: os._Environ[str] | dict[str, str] | None = None) -> Path:
+def cache_root(environ: Mapping[str, str] | None = None) -> Path:
     """``$HARNESS_CACHE`` or ``~/.cache/llama-harness``."""
     env = os.environ if environ is None else environ
     value = env.get("HARNESS_CACHE")

@@ -42,7 +42,7 @@ def driver_cache_dir(environ: Mapping[str, str] | None = None) -> Path | None:
     if value.lower() == _OFF:
         return None
     if not value:
-        return cache_root(dict(env)) / "driver-cache"
+        return cache_root(env) / "driver-cache"
     return Path(value).expanduser().absolute()
 
 
