@@ -31,6 +31,7 @@ from harness.planning.launch import LaunchSpec
 from harness.planning.launch_plan import LaunchPlan, PlanRequest, plan_launch
 from harness.planning.routing import InferenceBackend
 from harness.plugin.features import FeatureGate, ensure_launchable
+from harness.plugin.idle_hypothesis import IdleHypothesis
 from harness.plugin.recording.flakes_plugin import KnownFlakesPlugin
 from harness.plugin.recording.pytest_plugin import RecordingPlugin
 from harness.plugin.required import RequireSettingError, required_resources, skip_unless_present
@@ -76,6 +77,7 @@ def pytest_configure(config: pytest.Config) -> None:
     session.user_bundles()  # a bad --harness-bundles folder is a usage error, now
     config.pluginmanager.register(RecordingPlugin(config, session), "harness-recording")
     config.pluginmanager.register(UnverifiedSummary(), "harness-unverified")
+    config.pluginmanager.register(IdleHypothesis(), "harness-idle-hypothesis")
     config.pluginmanager.register(FeatureGate(session.options.require_features),
                                   "harness-features")
     flakes = KnownFlakesPlugin.from_option(config, session.options.known_flakes)
