@@ -161,7 +161,9 @@ def _ab_gate(out: Path, *, source: Path | None = None, slow_us: int | None = Non
     env.update({
         "HARNESS_GATE_RUNNER": "subprocess", "HARNESS_GATE_OUT": str(out),
         "HARNESS_GATE_SUMMARY": str(out / "summary.md"), "HARNESS_GATE_BASELINE": "",
-        "HARNESS_GATE_WORKERS": "2", "HARNESS_BRANCH": "feature/ab",
+        # No xdist: the smoke suite's 11 tests take 4.7 s on their own and 6.1 s (twice
+        # the CPU) with two workers starting; the job with workers is the test above's.
+        "HARNESS_GATE_WORKERS": "0", "HARNESS_BRANCH": "feature/ab",
         "HARNESS_GATE_AB_BASELINE": baseline,
         "HARNESS_GATE_AB_ARGS": ab_args,
     })

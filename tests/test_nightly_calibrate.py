@@ -60,7 +60,7 @@ def _night(service: Service, tmp: Path, backend: str, night: int) -> None:
         "HARNESS_GATE_RUNNER": "subprocess" if backend == "cpu" else "container",
         "HARNESS_GATE_BASE": "local", "HARNESS_GATE_OUT": str(tmp / f"{backend}-{night}"),
         "HARNESS_GATE_SUMMARY": str(tmp / f"{backend}-{night}.md"),
-        "HARNESS_GATE_WORKERS": "1", "HARNESS_GATE_REQUIRE_GPU": "0",
+        "HARNESS_GATE_WORKERS": "0", "HARNESS_GATE_REQUIRE_GPU": "0",
         "HARNESS_SERVICE_URL": service.url, "HARNESS_SERVICE_TOKEN": TOKEN,
         "HARNESS_RUN_ID": f"{backend}-night-{night}", "HARNESS_COMMIT": f"night-{night}",
     })

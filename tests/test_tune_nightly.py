@@ -37,7 +37,8 @@ def test_a_stale_card_is_reported_to_the_service_without_failing_the_night(
     env.update({
         "HARNESS_GATE_RUNNER": "subprocess", "HARNESS_GATE_OUT": str(out),
         "HARNESS_GATE_SUMMARY": str(out / "summary.md"), "HARNESS_GATE_BASELINE": "",
-        "HARNESS_GATE_WORKERS": "2", "HARNESS_BRANCH": "nightly/bench/tune-test",
+        "HARNESS_GATE_WORKERS": "0",  # the smoke suite alone: no xdist start-up
+        "HARNESS_BRANCH": "nightly/bench/tune-test",
         "HARNESS_SERVICE_URL": service.url, "HARNESS_SERVICE_TOKEN": TOKEN,
         "HARNESS_NIGHTLY_TUNE": "1",
         "HARNESS_NIGHTLY_TUNE_ARGS": (
