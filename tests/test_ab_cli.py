@@ -124,8 +124,9 @@ def test_calibrate_design_measures_a_known_slowdown_with_every_design(
         assert design in result.stderr
 
 
+# In the parallel group: it reads only the design auto picks, never a verdict, so a
+# neighbour's load cannot change what it asserts.
 @pytest.mark.server
-@pytest.mark.alone
 def test_auto_uses_a_design_only_where_this_runner_validated_it(
         harness_build: BuildUnderTest, own_validation_record: Path) -> None:
     key = str(harness_build.binary)
@@ -256,16 +257,18 @@ def _crash_in_second_request(parent: psutil.Process, binary: Path, log_dir: Path
     return False
 
 
+# In the parallel group: the design, the arm and the samples are what it reads, not a
+# verdict on speed — exit 1 (a neighbour's load read as a regression of an image against
+# itself) is as good as 0 here; exit 2, an error, is not.
 @pytest.mark.server
 @pytest.mark.docker
-@pytest.mark.alone
 def test_two_images_are_compared_interleaved(tmp_path: Path) -> None:
     """An image cannot be pinned to half the cores: auto picks the interleaved design."""
     image = pinned_source_image(BuildRequest()).image
     assert image is not None
     result = _ab("--baseline", image, "--candidate", image, "--metric", "decode_tps",
                  "--budget-s", "15", "--json")
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.returncode in (0, 1), result.stdout + result.stderr
     body = json.loads(result.stdout)
     assert body["design"] == "interleaved"
     assert body["candidate"] == f"image {image}"

@@ -112,3 +112,27 @@ def test_a_run_json_with_a_wrong_type_names_the_field(tmp_path: Path) -> None:
     body["outcomes"][0]["duration_s"] = True
     run_json.write_text(json.dumps(body), encoding="utf-8")
     _fails_naming(run_json, tmp_path, "$.outcomes[0].duration_s: true is not allowed")
+
+
+def test_several_runs_are_stored_at_once_and_a_bad_one_stores_none(tmp_path: Path) -> None:
+    url = _store_url(tmp_path)
+    first = _write_run(tmp_path / "first.json")
+    body = json.loads(first.read_text(encoding="utf-8"))
+    body["run_id"] = "run-8"
+    second = tmp_path / "second.json"
+    second.write_text(json.dumps(body), encoding="utf-8")
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"run_id": "half"', encoding="utf-8")
+    refused = CliRunner().invoke(store_command, [str(first), str(broken), str(second),
+                                                 "--results-url", url])
+    assert refused.exit_code == 2, refused.output
+    assert str(broken) in refused.stderr
+    with open_store(url) as store:
+        assert store.get_run("run-7") is None  # checked before anything was stored
+    done = CliRunner().invoke(store_command, [str(first), str(second), str(first),
+                                              "--results-url", url])
+    assert done.exit_code == 0, done.output
+    assert [line.split(" (")[0] for line in done.stdout.splitlines()] == [
+        "stored: run run-7", "stored: run run-8", "already stored: run run-7"]
+    with open_store(url) as store:
+        assert {run.run_id for run in store.list_runs()} == {"run-7", "run-8"}

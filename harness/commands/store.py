@@ -1,4 +1,4 @@
-"""``harness store RUN_JSON``: keep a run record (``run.json``) in the results store."""
+"""``harness store RUN_JSON...``: keep run records (``run.json``) in the results store."""
 
 from __future__ import annotations
 
@@ -37,17 +37,27 @@ def store_run(path: Path, results_url: str | None) -> tuple[RunRecord, bool, str
 
 
 @click.command("store")
-@click.argument("run_json", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("run_json", nargs=-1, required=True,
+                type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--results-url", envvar="HARNESS_RESULTS_URL", default=None,
               help="sqlite:///PATH or postgresql://… [env HARNESS_RESULTS_URL; default: a "
                    "SQLite file in the harness cache].")
-def store_command(run_json: Path, results_url: str | None) -> None:
-    """Keep a run record in the results store (a run already there is left as it is)."""
+def store_command(run_json: tuple[Path, ...], results_url: str | None) -> None:
+    """Keep run records in the results store (a run already there is left as it is).
+
+    Every file is read and checked first: one that is not a run record stops the command
+    before any run is stored.
+    """
     try:
-        run, created, where = store_run(run_json, results_url)
+        runs = [read_run_json(path) for path in run_json]
+        with open_store(results_url) as store:
+            where = store.url_for_display
+            # One connection for all: a night's or a campaign's records at once.
+            results = [(run, store.add_run(run)) for run in runs]
     except HarnessError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
-    state = "stored" if created else "already stored"
-    click.echo(f"{state}: run {run.run_id} ({run.branch}, {len(run.outcomes)} tests, "
-               f"{len(run.figures)} figures) in {where}")
+    for run, created in results:
+        state = "stored" if created else "already stored"
+        click.echo(f"{state}: run {run.run_id} ({run.branch}, {len(run.outcomes)} tests, "
+                   f"{len(run.figures)} figures) in {where}")
