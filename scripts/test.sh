@@ -5,11 +5,6 @@
 # rather than inside a test's timeout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Bytecode caches on for the test run: the tests start hundreds of Python processes (each
-# `harness` command, suite session and pytester run), and with PYTHONDONTWRITEBYTECODE set
-# every one compiled the harness's modules from source again (a perf-suite session 2.4 s
-# against 1.9 s here). They go to the checkout's __pycache__ folders, which git ignores.
-unset PYTHONDONTWRITEBYTECODE
 bash scripts/setup.sh
 .venv/bin/ruff check .
 # mypy's cache beside the other caches: a fresh clone rechecks only the files whose
