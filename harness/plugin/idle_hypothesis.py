@@ -1,7 +1,7 @@
 """Drops Hypothesis's pytest plugin from a session that never used Hypothesis.
 
 That plugin imports the whole of Hypothesis in its terminal summary (to list the
-observability files written in this process): about 1 s of every suite session on a
+observability files written in this process): about 1.4 s of every suite session on a
 2-core runner, where the suites never use Hypothesis. A gate, a nightly cell, a bisect
 probe and a release row each start such sessions. When this process never imported
 Hypothesis and no test report carries its statistics or failing examples, that summary
