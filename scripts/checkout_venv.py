@@ -15,7 +15,8 @@ site-packages after its own, and ``.venv/bin`` gets the shared environment's com
 import this checkout's harness. ``HARNESS_SHARED_VENV=off`` installs everything into
 ``.venv`` instead, as a plain ``pip install -e '.[dev]'`` would.
 
-Standard library only: it runs with the system python3, before any environment exists.
+Standard library only (and harness/paths.py, which is too): it runs with the system
+python3, before any environment exists.
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ import venv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# harness.paths imports only the standard library, so the checkout's own copy can be read
+# before any environment exists.
+sys.path.insert(0, str(ROOT))
+from harness.paths import cache_root  # noqa: E402
+
 CONSTRAINTS = ROOT / "harness" / "resources" / "constraints.txt"
 CHECKOUT_VENV = ROOT / ".venv"
 #: The file in ``.venv``'s site-packages that adds the shared environment's.
@@ -55,12 +61,6 @@ def environment_key(reqs: list[str]) -> str:
                  CONSTRAINTS.read_text()):
         digest.update(part.encode() + b"\0")
     return digest.hexdigest()[:16]
-
-
-def cache_root() -> Path:
-    """``$HARNESS_CACHE`` or ``~/.cache/llama-harness`` (as harness/paths.py has it)."""
-    value = os.environ.get("HARNESS_CACHE")
-    return Path(value).expanduser() if value else Path.home() / ".cache" / "llama-harness"
 
 
 def site_packages(env: Path) -> Path:

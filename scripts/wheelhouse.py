@@ -14,12 +14,13 @@ folder's path is the one line printed (scripts/test.sh exports it as
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
+
+from harness.paths import cache_root
 
 ROOT = Path(__file__).resolve().parent.parent
 CONSTRAINTS = ROOT / "harness" / "resources" / "constraints.txt"
@@ -34,8 +35,7 @@ def runtime_requirements() -> list[str]:
 
 def wheelhouse_dir(requirements: list[str]) -> Path:
     digest = hashlib.sha256("\n".join([*requirements, CONSTRAINTS.read_text()]).encode())
-    cache = Path(os.environ.get("HARNESS_CACHE") or Path.home() / ".cache" / "llama-harness")
-    return cache.expanduser() / "wheelhouse" / digest.hexdigest()[:16]
+    return cache_root() / "wheelhouse" / digest.hexdigest()[:16]
 
 
 def main() -> int:
