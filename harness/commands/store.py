@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -29,11 +30,20 @@ def read_run_json(path: Path) -> RunRecord:
     return parse_run_json(data, source=str(path))
 
 
+def store_runs(paths: Sequence[Path], results_url: str | None
+               ) -> tuple[list[tuple[RunRecord, bool]], str]:
+    """Store the runs in ``paths``, each file read and checked before any is stored (one
+    that is not a run record stores none), over one connection; returns each run with
+    whether it was new, and where they went."""
+    runs = [read_run_json(path) for path in paths]
+    with open_store(results_url) as store:
+        return [(run, store.add_run(run)) for run in runs], store.url_for_display
+
+
 def store_run(path: Path, results_url: str | None) -> tuple[RunRecord, bool, str]:
     """Store the run in ``path``; returns it, whether it was new, and where it went."""
-    run = read_run_json(path)
-    with open_store(results_url) as store:
-        return run, store.add_run(run), store.url_for_display
+    ((run, created),), where = store_runs([path], results_url)
+    return run, created, where
 
 
 @click.command("store")
@@ -49,11 +59,7 @@ def store_command(run_json: tuple[Path, ...], results_url: str | None) -> None:
     before any run is stored.
     """
     try:
-        runs = [read_run_json(path) for path in run_json]
-        with open_store(results_url) as store:
-            where = store.url_for_display
-            # One connection for all: a night's or a campaign's records at once.
-            results = [(run, store.add_run(run)) for run in runs]
+        results, where = store_runs(run_json, results_url)
     except HarnessError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
