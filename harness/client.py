@@ -123,6 +123,31 @@ class ServerClient:
         body = self._json("POST", "/completion", json=payload)
         return _parse_completion(body, self.base_url)
 
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+        """The server's own token ids for ``text`` (BOS included with ``add_special``)."""
+        body = self._json("POST", "/tokenize", json={"content": text,
+                                                     "add_special": add_special})
+        tokens = body.get("tokens")
+        if not isinstance(tokens, list) or not all(
+                isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in tokens):
+            raise ServerApiError(f"/tokenize at {self.base_url} returned no list of token "
+                                 f"ids: {str(body)[:300]}")
+        return tokens
+
+    def apply_template(self, messages: list[dict[str, str]]) -> str:
+        """The prompt text the model's own chat template makes of ``messages``."""
+        body = self._json("POST", "/apply-template", json={"messages": messages})
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            raise ServerApiError(f"/apply-template at {self.base_url} returned no prompt: "
+                                 f"{str(body)[:300]}")
+        return prompt
+
+    def chat(self, messages: list[dict[str, str]], **options: Any) -> dict[str, Any]:
+        """The raw answer of ``/v1/chat/completions`` (greedy unless ``options`` say)."""
+        payload = {"messages": messages, "temperature": 0.0, **options}
+        return self._json("POST", "/v1/chat/completions", json=payload)
+
     def metrics(self) -> str:
         """Prometheus text from ``/metrics``; the server must run with ``--metrics``."""
         response = self._request("GET", "/metrics", accept_status=(200, 501))

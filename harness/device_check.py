@@ -1,6 +1,6 @@
 """The device check's two ends: what travels to a GPU machine, and what comes back.
 
-A lent GPU machine (DESIGN.md: one H200, no Docker, no package registry, 64 MiB carried
+A lent GPU machine (docs/design.md: one H200, no Docker, no package registry, 64 MiB carried
 per call, at most 8 files of 16 MiB back) runs ``ci/scripts/device-check.sh``. This
 module makes the bundle it needs — the llama-server binary compressed, and wheels for
 every distribution the plugin imports except numpy, which that machine has — and packs

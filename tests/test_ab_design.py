@@ -27,7 +27,7 @@ from harness.ab.design import (
     plan_block,
 )
 from harness.ab.report import outcome_json, record_json, table
-from harness.ab.runner import AbOutcome, AbSettings, Arm, context_for, run_ab
+from harness.ab.runner import AbOutcome, AbSettings, Arm, Measured, context_for, run_ab
 from harness.errors import ConfigError
 from harness.results.run_validation import parse_run_json
 
@@ -230,8 +230,8 @@ def test_a_continued_comparison_keeps_its_pairs_and_numbers_on(
     scripted, alternating so that no verdict is reached, and each call gets one block."""
     values = iter([100.0, 104.0, 110.0, 96.0] * 50)
 
-    def measure(self: object, cpus: set[int] | None) -> tuple[dict[str, float], dict[str, str]]:
-        return {"decode_tps": next(values)}, {"greedy_text": "x"}
+    def measure(self: object, cpus: set[int] | None) -> Measured:
+        return {"decode_tps": next(values)}, {"greedy_text": "x"}, None
 
     monkeypatch.setattr("harness.ab.runner._Starter.measure", measure)
     # Executables the runners accept; no server starts, measure is scripted.
@@ -261,11 +261,11 @@ def test_a_lengthened_first_token_prompt_is_measured_and_doubled_while_short(
     wanted) doubles the prompt, 300 ms keeps it."""
     asked: list[int | None] = []
 
-    def measure(self: Any, cpus: set[int] | None) -> tuple[dict[str, float], dict[str, str]]:
+    def measure(self: Any, cpus: set[int] | None) -> Measured:
         asked.append(self._settings.ttft_prompt)
         if self._settings.ttft_prompt is None:
-            return {"ttft_ms": 16.0, "prompt_tps": 3200.0, "decode_tps": 100.0}, {}
-        return {"ttft_ms": ttft_at_choice, "decode_tps": 100.0}, {}
+            return {"ttft_ms": 16.0, "prompt_tps": 3200.0, "decode_tps": 100.0}, {}, None
+        return {"ttft_ms": ttft_at_choice, "decode_tps": 100.0}, {}, None
 
     monkeypatch.setattr("harness.ab.runner._Starter.measure", measure)
     arms = (Arm("baseline", binary=Path("/bin/true")), Arm("candidate", binary=Path("/bin/true")))

@@ -73,9 +73,9 @@ def _bucket_ctx(vram_mib: int, bundle: str | None) -> int:
     return result.settings.ctx_size or 0
 
 
-# The 27B recommendation is the one exception to "more VRAM, more slots": the 3090
-# gives it 2 slots at 32k, the 5090 (mid-plus and large buckets) 1 slot at 128k
-# (reference 000's numbers). Its KV pool still grows, which the next test checks.
+# The 27B recommendation is the one exception to "more VRAM, more slots": the 3090 gives
+# it 2 slots at 32k, the 5090 (mid-plus and large buckets) 1 slot at 128k (reference 000's
+# numbers, docs/references.md). Its KV pool still grows, which the next test checks.
 SLOT_BUNDLES = [None, *(b for b in BUNDLES if b != "eliza-1-27b")]
 
 

@@ -16,10 +16,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from llama_history import History, flag_history, slow_history
+from llama_history import History, flag_history, numerics_history, slow_history
 
 HARNESS = [sys.executable, "-c", "from harness.commands import main; main()"]
 FORWARDING = "suites/test_plan_forwarding.py::test_plan_reaches_the_server[dense-batch256-ubatch64]"
+NUMERICS = "suites/test_numerics.py::test_distributions_match_the_reference[bench-f16]"
 
 pytestmark = [pytest.mark.server, pytest.mark.timeout(1800),
               pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")]
@@ -110,3 +111,17 @@ def test_endpoints_that_measure_the_same_are_not_bisected(slowed: History,
     assert [p["commit"] for p in probes] == [slowed.shas[0], fixed]
     assert probes[1]["verdict"] in ("good", "undecided")
     assert "decode_tps" in probes[1]["evidence"]
+
+
+def test_the_numerics_test_as_oracle_names_the_commit_that_moved_rope(
+        tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
+    """A build that computes wrong numbers, found in a history by what it computes."""
+    history = numerics_history(tmp_path_factory.mktemp("numerics"))
+    result = _bisect(history, tmp_path, "--test", NUMERICS)
+    culprit = history.index("ggml-cpu: rope frequency scale")
+    assert result["first_bad"] == {"sha": history.shas[culprit],
+                                   "subject": history.subjects[culprit]}
+    probes = result["probes"]
+    assert isinstance(probes, list)
+    evidence = {p["commit"]: p["evidence"] for p in probes}
+    assert "KL divergence from the reference" in evidence[history.shas[culprit]]

@@ -303,7 +303,7 @@ def test_json_is_serialisable_with_stable_keys() -> None:
     body = json.loads(json.dumps(comparison_json(_mixed()), allow_nan=False))
     assert set(body) == {"regressed", "verdict", "current_run", "baseline_runs", "hardware",
                          "rule", "tests", "figures", "figure_counts", "ab", "bisect", "tune",
-                         "drift"}
+                         "numerics", "numerics_counts", "drift"}
     assert body["ab"] is None  # no A/B result in the current run
     assert body["bisect"] is None
     assert body["tune"] is None

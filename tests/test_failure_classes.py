@@ -2,7 +2,7 @@
 
 The excerpts were captured from the pinned CPU build (timestamps as printed), except the
 GPU out-of-memory lines: the CUDA/ROCm ones are composed from the pinned source's format
-strings (the OOM injector prints the same), the Vulkan ones are DESIGN.md's measurement
+strings (the OOM injector prints the same), the Vulkan ones are docs/design.md's measurement
 on a llvmpipe device.
 """
 
@@ -67,7 +67,7 @@ CUDA_ERROR_OOM_LOG = """\
 llama.cpp/ggml/src/ggml-cuda/ggml-cuda.cu:109: CUDA error
 """
 
-#: DESIGN.md: --fit off -ngl 99 -c 120000000 on llvmpipe (Vulkan), exit 1 after ~12 s.
+#: docs/design.md: --fit off -ngl 99 -c 120000000 on llvmpipe (Vulkan), exit 1 after ~12 s.
 VULKAN_OOM_LOG = """\
 ggml_vulkan: Device memory allocation of size 7680000000 failed.
 ggml_vulkan: Requested buffer size exceeds device buffer size limit: ErrorOutOfDeviceMemory
@@ -206,7 +206,26 @@ def test_the_evidence_is_the_first_deciding_line() -> None:
 def test_class_values_are_the_documented_names() -> None:
     assert [c.value for c in FailureClass] == [
         "driver-missing", "drafter-load", "mtp-context", "out-of-memory", "unknown-flag",
-        "model-load", "crash", "readiness-timeout", "unknown"]
+        "model-load", "cannot-run-here", "crash", "readiness-timeout", "unknown"]
+
+
+@pytest.mark.parametrize(("exit_code", "log", "words"), [
+    (-4, "", "killed by SIGILL"),
+    (132, "", "128 + SIGILL"),
+    (None, "bash: line 1: 4242 Illegal instruction (core dumped) llama-server", "Illegal"),
+    (-4, "0.00.000.100 I build: 1 (abc) with cc for x86_64\n", "killed by SIGILL"),
+])
+def test_an_illegal_instruction_is_a_build_that_cannot_run_here(
+        exit_code: int | None, log: str, words: str) -> None:
+    failure = classify_start_failure(exit_code, log, timed_out=False)
+    assert failure.kind is FailureClass.CANNOT_RUN_HERE
+    assert words in failure.evidence
+
+
+def test_an_out_of_memory_or_another_signal_is_not_an_illegal_instruction() -> None:
+    assert classify_start_failure(-4, CUDA_OOM_LOG, False).kind is FailureClass.OUT_OF_MEMORY
+    assert classify_start_failure(-11, "", False).kind is FailureClass.CRASH
+    assert classify_start_failure(131, "", False).kind is FailureClass.UNKNOWN
 
 
 CUDA_NO_DRIVER_LOG = (Path(__file__).parent / "data" / "logs" / "cuda"
@@ -227,3 +246,30 @@ def test_another_missing_library_is_not_a_missing_driver() -> None:
     log = ("/app/llama-server: error while loading shared libraries: libcublas.so.12: "
            "cannot open shared object file: No such file or directory\n")
     assert classify_start_failure(127, log, timed_out=False).kind is FailureClass.UNKNOWN
+
+
+#: The end of the H200 device check's --no-kv-offload rung (2026-12-04): the KV cache
+#: larger than the host's 128 GiB is sized, then the kernel kills the process.
+OOM_KILLED_LOG = """\
+0.00.174.078 I llama_context:  CUDA_Host  output buffer size =     0.00 MiB
+0.10.297.574 I llama_kv_cache:        CPU KV buffer size = 156222.00 MiB
+"""
+
+
+def test_sigkill_right_after_a_host_buffer_is_the_oom_killer() -> None:
+    failure = classify_start_failure(-9, OOM_KILLED_LOG, timed_out=False)
+    assert failure.kind is FailureClass.OUT_OF_MEMORY
+    assert "CPU KV buffer size = 156222.00 MiB" in failure.evidence
+    assert "out-of-memory killer" in failure.evidence
+
+
+@pytest.mark.parametrize(("exit_code", "log"), [
+    # Another signal after the same line is a crash, not memory.
+    (-11, OOM_KILLED_LOG),
+    # SIGKILL after anything but a host buffer's size: killed from outside, a crash.
+    (-9, "0.00.1 I llama_context: n_ctx = 512\n"),
+    # A GPU buffer's size line is the device's memory, which cudaMalloc reports itself.
+    (-9, "0.00.1 I llama_kv_cache:      CUDA0 KV buffer size =   512.00 MiB\n"),
+])
+def test_other_kills_stay_crashes(exit_code: int, log: str) -> None:
+    assert classify_start_failure(exit_code, log, timed_out=False).kind is FailureClass.CRASH

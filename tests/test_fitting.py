@@ -1,8 +1,8 @@
 """VRAM fitting: slots at a context, context at a slot count, caps and reasons.
 
-The worked examples are reference 001's "parallel slot derivation": KV KiB per token per
-bundle and cache types, model sizes in GiB, 3 GiB headroom on 24 GB cards, 4 GiB on the
-5090.
+The worked examples are reference 001's "parallel slot derivation" (docs/references.md):
+KV KiB per token per bundle and cache types, model sizes in GiB, 3 GiB headroom on 24 GB
+cards, 4 GiB on the 5090.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The logs are short excerpts: CPU lines captured from the pinned CPU build; GPU lines
 written from the pinned source's format strings (function named beside each); the Vulkan
-lines quoted from DESIGN.md's measurements. ``tests/test_log_corpus.py`` runs the same
+lines quoted from docs/design.md's measurements. ``tests/test_log_corpus.py`` runs the same
 verdict over whole logs.
 """
 

@@ -1,5 +1,6 @@
 """The KV planner (``harness/planning/kv.py``) against reference 001's tables, reference
-003's layouts (sliding window, shared KV, looped, linear-attention hybrid) and the server.
+003's layouts (sliding window, shared KV, looped, linear-attention hybrid) and the server;
+both references are described in docs/references.md.
 
 Figures the server printed for the fixtures are checked end to end in
 ``test_kv_vs_server.py``; here each rule gets its own arithmetic.

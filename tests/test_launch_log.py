@@ -80,7 +80,7 @@ LINE_CASES = [
     ("0.00.008.017 I llama_prepare_model_devices: using device Vulkan0 (llvmpipe (LLVM 19.1.7, "
      "256 bits)) (unknown id) - 24105 MiB free", "devices",
      (DeviceUse("Vulkan0", "llvmpipe (LLVM 19.1.7, 256 bits)", "unknown id", 24105),)),
-    # DESIGN.md quotes the line without its id and free memory.
+    # docs/design.md quotes the line without its id and free memory.
     ("using device Vulkan0 (llvmpipe (LLVM 19.1.7, 256 bits))", "devices",
      (DeviceUse("Vulkan0", "llvmpipe (LLVM 19.1.7, 256 bits)", None, None),)),
     ("0.00.009.170 D tensor blk.0.ffn_gate_exps.weight (0 MiB f32) buffer type overridden to CPU",
@@ -97,7 +97,7 @@ LINE_CASES = [
      "device 0: cudaMalloc failed: out of memory", "alloc_failures", (AllocFailure(
          None, "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 29296.88 MiB on device 0: "
          "cudaMalloc failed: out of memory"),)),
-    # ggml/src/ggml-vulkan/ggml-vulkan-buffers.cpp (std::cerr, no prefix; DESIGN.md measured)
+    # ggml/src/ggml-vulkan/ggml-vulkan-buffers.cpp (std::cerr, no prefix; docs/design.md measured)
     ("ggml_vulkan: Device memory allocation of size 7680000000 failed.", "alloc_failures",
      (AllocFailure(None, "ggml_vulkan: Device memory allocation of size 7680000000 failed."),)),
     ("0.00.017.631 I load_tensors: loading model tensors, this can take a while... "

@@ -22,7 +22,7 @@ from harness.modelgen import (
     write_all,
 )
 from harness.modelgen.fixture_data import load_all, specs_digest
-from harness.modelgen.specs import Architecture, ModelShape
+from harness.modelgen.specs import Architecture, ModelShape, WeightType
 from harness.modelgen.vocab import build_vocab
 
 
@@ -137,14 +137,15 @@ def _field(reader: gguf.GGUFReader, key: str) -> Any:
     return field.contents()
 
 
-def _model_shapes() -> list[tuple[str, ModelShape]]:
+def _model_shapes() -> list[tuple[str, ModelShape, WeightType]]:
     fixtures, _ = load_all()
-    return [(n, s.shape) for n, s in fixtures.items() if s.shape is not None]
+    return [(n, s.shape, s.weight_type) for n, s in fixtures.items() if s.shape is not None]
 
 
-@pytest.mark.parametrize(("name", "shape"), _model_shapes(), ids=lambda v: str(v)[:20])
+@pytest.mark.parametrize(("name", "shape", "weight_type"), _model_shapes(),
+                         ids=lambda v: str(v)[:20])
 def test_reader_reads_back_what_the_spec_declares(
-    fixture_set: FixtureSet, name: str, shape: ModelShape
+    fixture_set: FixtureSet, name: str, shape: ModelShape, weight_type: WeightType
 ) -> None:
     reader = gguf.GGUFReader(fixture_set.model(name))
     arch = shape.architecture.value
@@ -155,7 +156,7 @@ def test_reader_reads_back_what_the_spec_declares(
     assert _field(reader, attn.HEAD_COUNT.format(arch=arch)) == shape.head_count
     assert _field(reader, attn.HEAD_COUNT_KV.format(arch=arch)) == shape.head_count_kv
     assert len(_field(reader, k.Tokenizer.LIST)) == len(build_vocab(shape.vocab).tokens)
-    assert _field(reader, k.General.FILE_TYPE) == gguf.LlamaFileType.ALL_F32
+    assert _field(reader, k.General.FILE_TYPE) == weight_type.file_type
     optional = {
         llm.EXPERT_COUNT: shape.expert_count or None,
         llm.EXPERT_USED_COUNT: shape.expert_used_count or None,
@@ -167,7 +168,39 @@ def test_reader_reads_back_what_the_spec_declares(
     for key, want in optional.items():
         field = reader.get_field(key.format(arch=arch))
         assert (field.contents() if field is not None else None) == want, key
-    assert {t.tensor_type for t in reader.tensors} == {gguf.GGMLQuantizationType.F32}
+    matrices = {t.tensor_type for t in reader.tensors if len(t.shape) > 1
+                and not t.name.endswith("ffn_gate_inp.weight")}
+    assert matrices == {weight_type.ggml_type}
+    # Norms and biases stay F32 in every copy, as llama-quantize leaves them.
+    assert {t.tensor_type for t in reader.tensors if len(t.shape) == 1} == {
+        gguf.GGMLQuantizationType.F32}
+
+
+def test_a_quantized_copy_holds_its_sources_weights(fixture_set: FixtureSet) -> None:
+    """Quantizing is the only difference: dequantized, the copy is the source within a
+    q8_0 step (a block's largest value over 127, its scale rounded to f16)."""
+    source = {t.name: t for t in gguf.GGUFReader(fixture_set.model("bench")).tensors}
+    copy = gguf.GGUFReader(fixture_set.model("bench-q8_0"))
+    for tensor in copy.tensors:
+        want = np.asarray(source[tensor.name].data, dtype=np.float32)
+        got = gguf.quants.dequantize(tensor.data, tensor.tensor_type).reshape(want.shape)
+        step = np.abs(want).max() / 127
+        assert np.abs(got - want).max() <= step, tensor.name
+
+
+def test_peaked_weights_are_not_flat(fixture_set: FixtureSet) -> None:
+    """The peaked profile scales each matrix by its fan-in and draws the norms around 1;
+    the flat profile is uniform in ±0.05 with unit norms."""
+    peaked = {t.name: np.asarray(t.data) for t in gguf.GGUFReader(
+        fixture_set.model("bench")).tensors}
+    flat = {t.name: np.asarray(t.data) for t in gguf.GGUFReader(
+        fixture_set.model("dense")).tensors}
+    assert np.abs(flat["blk.0.attn_q.weight"]).max() < 0.05
+    assert np.abs(peaked["blk.0.attn_q.weight"]).max() > 0.05
+    assert set(np.unique(flat["blk.0.attn_norm.weight"])) == {1.0}
+    norm = peaked["blk.0.attn_norm.weight"]
+    assert 0.74 < norm.min() < norm.max() < 1.26
+    assert len(np.unique(norm)) > 100
 
 
 def test_mtp_fixture_carries_the_nextn_head(fixture_set: FixtureSet) -> None:

@@ -29,6 +29,7 @@ from harness.modelgen.specs import (
     Architecture,
     ModelShape,
     VocabKind,
+    WeightType,
     load_fixture_spec,
     load_fixture_specs,
 )
@@ -49,11 +50,20 @@ def _write(tmp_path: Path, name: str, obj: dict[str, Any]) -> Path:
 def test_names_are_the_spec_files_in_name_order() -> None:
     assert FIXTURE_NAMES == (
         "bench",
+        "bench-q4_0",
+        "bench-q4_1",
+        "bench-q8_0",
         "dense",
+        "dense-q4_0",
+        "dense-q4_1",
+        "dense-q8_0",
         "drafter",
         "drafter-corrupt",
         "drafter-foreign",
         "moe",
+        "moe-q4_0",
+        "moe-q4_1",
+        "moe-q8_0",
         "mtp",
         "swa",
     )
@@ -258,6 +268,44 @@ def test_a_fraction_needs_a_source_and_a_source_must_be_a_model(tmp_path: Path) 
     assert 'allowed: one of "dense"' in line
 
 
+def test_quantized_copy_rules(tmp_path: Path) -> None:
+    _write(tmp_path, "dense", DENSE)
+    _write(tmp_path, "dense-q8", {"description": "x", "quantized_copy_of": "dense",
+                                  "weight_type": "q8_0"})
+    copy = load_fixture_specs(tmp_path)["dense-q8"]
+    assert copy.shape == load_fixture_specs(tmp_path)["dense"].shape
+    assert (copy.weight_type, copy.quantized_from) == (WeightType.Q8_0, "dense")
+    twice = _write(tmp_path, "dense-q8-q4", {"description": "x", "quantized_copy_of":
+                                             "dense-q8", "weight_type": "q4_0"})
+    with pytest.raises(FixtureError) as err:
+        load_fixture_specs(tmp_path)
+    assert "a copy itself" in _line(str(err.value), twice, "$.quantized_copy_of")
+    twice.unlink()
+    narrow = _write(tmp_path, "narrow", {**DENSE, "embedding_length": 48,
+                                         "feed_forward_length": 96})
+    odd = _write(tmp_path, "narrow-q4", {"description": "x", "quantized_copy_of": "narrow",
+                                         "weight_type": "q4_0"})
+    with pytest.raises(FixtureError) as err:
+        load_fixture_specs(tmp_path)
+    assert "rows of 48 values in 'narrow' are not whole 32-value blocks" in \
+        _line(str(err.value), odd, "$.weight_type")
+    narrow.unlink()
+    odd.unlink()
+    bad = _write(tmp_path, "k", {"description": "x", "quantized_copy_of": "dense",
+                                 "weight_type": "q4_k"})
+    with pytest.raises(FixtureError) as err:
+        load_fixture_spec(bad)
+    assert '"q4_k" is not allowed' in _line(str(err.value), bad, "$.weight_type")
+
+
+def test_an_aligned_model_keeps_flat_weights(tmp_path: Path) -> None:
+    path = _write(tmp_path, "aligned", {**DENSE, "weights": "peaked"})
+    with pytest.raises(FixtureError) as err:
+        load_fixture_spec(path)
+    assert "an aligned token needs the flat profile" in _line(str(err.value), path,
+                                                             "$.weights")
+
+
 def test_non_object_spec_is_rejected(tmp_path: Path) -> None:
     path = tmp_path / "list.json"
     path.write_text("[1, 2]", encoding="utf-8")
@@ -303,9 +351,9 @@ def _bundle_dir(tmp_path: Path, **change: Any) -> Path:
         ({"catalog": 1}, FixtureError, "$.catalog", "unknown key (value 1) is not allowed",
          "allowed keys: cache_type_k, cache_type_v, context_length"),
         ({"drafter": "ghost"}, UnknownFixtureError, "$.drafter",
-         '"ghost" is not allowed: not a fixture', 'allowed: one of "bench", "dense"'),
+         '"ghost" is not allowed: not a fixture', 'allowed: one of "bench", "bench-q4_0"'),
         ({"model": "ghost"}, UnknownFixtureError, "$.model",
-         '"ghost" is not allowed: not a fixture', 'allowed: one of "bench", "dense"'),
+         '"ghost" is not allowed: not a fixture', 'allowed: one of "bench", "bench-q4_0"'),
         ({"drafter": None}, FixtureError, "$.drafter", "null is not allowed",
          "allowed: type string (spec_type draft-simple needs a drafter"),
         ({"spec_type": "draft-mtp"}, FixtureError, "$.drafter", '"drafter" is not allowed',
@@ -318,7 +366,7 @@ def _bundle_dir(tmp_path: Path, **change: Any) -> Path:
          'allowed: one of "f32", "f16", "bf16"'),
         ({"model": "drafter-corrupt"}, FixtureError, "$.model",
          '"drafter-corrupt" is not allowed: a truncated copy, not a generated model',
-         'allowed: one of "bench", "dense"'),
+         'allowed: one of "bench", "bench-q4_0"'),
         ({"id": "a/b"}, FixtureError, "$.id", '"a/b" is not allowed',
          "a plain file-name stem: no '/', not starting with '.'"),
         ({"id": ".hidden"}, FixtureError, "$.id", '".hidden" is not allowed',

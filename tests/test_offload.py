@@ -1,5 +1,7 @@
 """The offload planner, one case per rule of reference 003 (``harness/planning/offload.py``).
 
+Reference 003 is described in docs/references.md.
+
 Sizes are whole MiB so the cases read as arithmetic. Every plan pays the reference's
 reserves: 1 GiB headroom + 512 MiB compute (``RESERVES``), plus KV and drafter bytes.
 """

@@ -33,7 +33,8 @@ from harness.planning.offload import (
 
 LAYER_MAX = 4096 * MIB
 VRAM_MAX = 64 * 1024 * MIB
-#: The planner's fixed reserves beside KV and drafter (reference 003: 1 GiB + 512 MiB).
+#: The planner's fixed reserves beside KV and drafter (reference 003, docs/references.md:
+#: 1 GiB + 512 MiB).
 FIXED_RESERVES = DEFAULT_MARGIN_BYTES + COMPUTE_RESERVE_BYTES
 
 

@@ -49,7 +49,7 @@ def plan_json(*args: str) -> dict[str, Any]:
 def test_json_plan_of_each_bundle(bundle: str, fixture_set: modelgen.FixtureSet,
                                   build_json: Path) -> None:
     data = plan_json(*RTX_4090, "--bundle", str(fixture_set.bundle(bundle)),
-                 "--build-json", str(build_json))
+                 "--build", str(build_json))
     assert data["route"]["fused"] is True
     assert data["tune"]["label"] == "rtx-4090"
     assert data["argv"][0] == "/opt/llama-server"
@@ -60,7 +60,7 @@ def test_json_plan_of_each_bundle(bundle: str, fixture_set: modelgen.FixtureSet,
 
 def test_overrides_on_a_bare_model(fixture_set: modelgen.FixtureSet, build_json: Path) -> None:
     data = plan_json("--model", str(fixture_set.model("dense")), "--ctx", "1024", "--parallel", "2",
-                 "--cache-type-k", "f32", "--build-json", str(build_json))
+                 "--cache-type-k", "f32", "--build", str(build_json))
     assert data["route"]["reason"] == "default"
     assert data["fields"]["ctx_size"] == {"value": 1024, "origin": "call"}
     assert data["fields"]["cache_type_k"] == {"value": "f32", "origin": "call"}
@@ -71,7 +71,7 @@ def test_overrides_on_a_bare_model(fixture_set: modelgen.FixtureSet, build_json:
 def test_text_output_shows_fields_reasons_and_argv(fixture_set: modelgen.FixtureSet,
                                                    build_json: Path) -> None:
     result = _plan(*RTX_4090, "--bundle", str(fixture_set.bundle("fused-mtp")),
-                   "--build-json", str(build_json))
+                   "--build", str(build_json))
     assert result.returncode == 0, result.stderr
     for heading in ("launch fields", "reasons", "argv", "KV cache"):
         assert heading in result.stdout

@@ -587,7 +587,7 @@ def test_a_version_1_store_is_migrated_to_the_current_version(store_url: str) ->
         new = replace(make_run("after-migration", started_at=at(9)), ab=_ab_result())
         assert migrated.add_run(new, report=ReportState("ready"))
         assert migrated.list_runs() == [new, old]
-    assert _stored_version(store_url) == [STORE_SCHEMA_VERSION] == [8]
+    assert _stored_version(store_url) == [STORE_SCHEMA_VERSION] == [9]
     assert _stored_ab(store_url, old.run_id) is None
     # Opening it again changes nothing.
     with open_store(store_url) as again:
@@ -629,6 +629,7 @@ def test_a_version_3_store_is_migrated_keeping_its_figures_and_storing_predictio
         conn.exec_driver_sql("ALTER TABLE runs DROP COLUMN checked")
         conn.exec_driver_sql("ALTER TABLE runs DROP COLUMN bisect")
         conn.exec_driver_sql("ALTER TABLE runs DROP COLUMN tune")
+        conn.exec_driver_sql("ALTER TABLE runs DROP COLUMN numerics")
         conn.execute(update(schema_version).values(version=3))
     engine.dispose()
     predicted = replace(make_run("predicted", started_at=at(9)),
@@ -716,25 +717,36 @@ BISECT = {
 }
 
 
-def test_a_version_6_store_is_migrated_and_keeps_a_runs_bisect(store_url: str) -> None:
+#: The runs columns each schema version added, newest last (store_tables.py).
+_ADDED_RUNS_COLUMNS = {7: "bisect", 8: "tune", 9: "numerics"}
+
+
+def _migrates_keeping(store_url: str, version: int, run: RunRecord) -> RunRecord:
+    """A store with a full run, taken back to schema ``version`` (without the columns later
+    versions added), then opened: ``run`` is added to it and read back."""
     old = _full_run()
     with open_store(store_url) as current:
         assert current.add_run(old)
     engine = create_engine(store_url.replace("postgresql://", "postgresql+psycopg://"))
-    with engine.begin() as conn:  # back to what schema 6 held: no runs.bisect
-        conn.exec_driver_sql("ALTER TABLE runs DROP COLUMN bisect")
-        conn.exec_driver_sql("ALTER TABLE runs DROP COLUMN tune")
-        conn.execute(update(schema_version).values(version=6))
+    with engine.begin() as conn:
+        for added, column in _ADDED_RUNS_COLUMNS.items():
+            if added > version:
+                conn.exec_driver_sql(f"ALTER TABLE runs DROP COLUMN {column}")
+        conn.execute(update(schema_version).values(version=version))
     engine.dispose()
-    explained = replace(make_run("explained", started_at=at(9)), bisect=BISECT)
     with open_store(store_url) as migrated:
         assert migrated.get_run(old.run_id) == old
-        assert migrated.add_run(explained)
-        got = migrated.get_run(explained.run_id)
-    assert got == explained
+        assert migrated.add_run(run)
+        got = migrated.get_run(run.run_id)
+    assert got == run
     assert got is not None
-    assert got.bisect == BISECT
     assert _stored_version(store_url) == [STORE_SCHEMA_VERSION]
+    return got
+
+
+def test_a_version_6_store_is_migrated_and_keeps_a_runs_bisect(store_url: str) -> None:
+    explained = replace(make_run("explained", started_at=at(9)), bisect=BISECT)
+    assert _migrates_keeping(store_url, 6, explained).bisect == BISECT
 
 
 TUNE = {
@@ -753,20 +765,14 @@ TUNE = {
 
 
 def test_a_version_7_store_is_migrated_and_keeps_a_runs_tune(store_url: str) -> None:
-    old = _full_run()
-    with open_store(store_url) as current:
-        assert current.add_run(old)
-    engine = create_engine(store_url.replace("postgresql://", "postgresql+psycopg://"))
-    with engine.begin() as conn:  # back to what schema 7 held: no runs.tune
-        conn.exec_driver_sql("ALTER TABLE runs DROP COLUMN tune")
-        conn.execute(update(schema_version).values(version=7))
-    engine.dispose()
     tuned = replace(make_run("tuned", started_at=at(9)), tune=TUNE)
-    with open_store(store_url) as migrated:
-        assert migrated.get_run(old.run_id) == old
-        assert migrated.add_run(tuned)
-        got = migrated.get_run(tuned.run_id)
-    assert got == tuned
-    assert got is not None
-    assert got.tune == TUNE
-    assert _stored_version(store_url) == [STORE_SCHEMA_VERSION]
+    assert _migrates_keeping(store_url, 7, tuned).tune == TUNE
+
+
+NUMERICS = {"suites/test_numerics.py::test_distributions_match_the_reference[bench-f16]": {
+    "tokens": [3, 7], "rows": [{"3": -0.2, "7": -1.8}, None]}}
+
+
+def test_a_version_8_store_is_migrated_and_keeps_a_runs_numerics(store_url: str) -> None:
+    printed = replace(make_run("printed", started_at=at(9)), numerics=NUMERICS)
+    assert _migrates_keeping(store_url, 8, printed).numerics == NUMERICS

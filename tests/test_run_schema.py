@@ -21,6 +21,7 @@ from results_fixtures import BUILD, CPU_BOX, GPU_BOX, at, fig, figure_key, make_
 from harness.ab.design import DESIGNS
 from harness.bisect.search import Verdict
 from harness.errors import HarnessError
+from harness.numerics.fingerprint import NumericsVerdict
 from harness.plugin.recording.outcomes import OutcomeTally
 from harness.plugin.recording.run_file import build_ref, run_record
 from harness.results.json_hazards import unrepresentable
@@ -43,6 +44,7 @@ from harness.results.run_schema import (
     BISECT_VERDICTS,
     MAX_DEPTH,
     MAX_DOCUMENT_BYTES,
+    NUMERICS_VERDICTS,
     RUN_SCHEMA,
 )
 from harness.results.run_validation import (
@@ -71,8 +73,14 @@ def _ab_result() -> dict[str, Any]:
     }
 
 
+#: A numerics fingerprint as the suite records one (Fingerprint.as_json).
+NUMERICS = {"suites/test_numerics.py::test_distributions_match_the_reference[bench-f16]": {
+    "tokens": [3, 7, 7], "rows": [{"3": -0.105361, "7": -2.302585}, None,
+                                  {"0": -1e-06, "7": -0.0}]}}
+
+
 def _full_run() -> RunRecord:
-    return replace(_bare_full_run(), ab=_ab_result())
+    return replace(_bare_full_run(), ab=_ab_result(), numerics=NUMERICS)
 
 
 def _bare_full_run() -> RunRecord:
@@ -211,6 +219,10 @@ def test_the_ab_object_record_json_writes_round_trips() -> None:
 
 def test_every_verdict_of_harness_bisect_is_accepted() -> None:
     assert tuple(v.value for v in Verdict) == BISECT_VERDICTS
+
+
+def test_every_numerics_verdict_is_accepted() -> None:
+    assert tuple(v.value for v in NumericsVerdict) == NUMERICS_VERDICTS
 
 
 def test_every_metric_design_and_verdict_of_harness_ab_is_accepted() -> None:
@@ -558,6 +570,11 @@ _RUNS = st.builds(
     labels=st.dictionaries(_TEXT, _TEXT, max_size=3),
     ab=st.none() | _AB,
     bisect=st.none() | _BISECT,
+    numerics=st.none() | st.dictionaries(_TEXT, st.fixed_dictionaries({
+        "tokens": st.lists(_COUNT, max_size=3),
+        "rows": st.lists(st.none() | st.dictionaries(
+            _COUNT.map(str), st.floats(min_value=-1e6, max_value=0), max_size=3),
+            max_size=3)}), max_size=2),
 )
 
 

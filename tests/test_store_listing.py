@@ -197,6 +197,7 @@ def test_a_version_4_store_gains_the_listing_indexes_and_checks_its_runs_on_read
         conn.execute(text("ALTER TABLE runs DROP COLUMN checked"))
         conn.execute(text("ALTER TABLE runs DROP COLUMN bisect"))
         conn.execute(text("ALTER TABLE runs DROP COLUMN tune"))
+        conn.execute(text("ALTER TABLE runs DROP COLUMN numerics"))
         conn.execute(update(schema_version).values(version=4))
     engine.dispose()
     assert "ix_runs_branch" in _index_names(store_url)

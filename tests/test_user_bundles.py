@@ -27,6 +27,8 @@ pytest_plugins = ["pytester"]
 
 #: user folder name -> the fixture bundle it is a copy of.
 COPIES = {"my-dense": "fused-dense", "my-mtp": "fused-mtp"}
+#: A copy of fused-dense whose manifest says ``"spec_type": "none"`` (no speculation).
+PLAIN = "my-plain"
 #: The suite tests parametrized over bundles.
 OVER_BUNDLES = ("test_bundle_plan_reaches_the_server",
                 "test_fused_bundle_routes_to_the_fused_llama_cpp_backend",
@@ -38,13 +40,21 @@ def user_folder(tmp_path: Path, fixture_set: modelgen.FixtureSet) -> Path:
     root = tmp_path / "my-bundles"
     for name, fixture in COPIES.items():
         shutil.copytree(fixture_set.bundle(fixture), root / name)
+    # A bundle without speculation written as llama-server's word for it: "none".
+    plain = root / PLAIN
+    shutil.copytree(fixture_set.bundle("fused-dense"), plain)
+    manifest = plain / "manifest.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "drafter": None,
+                                    "spec_type": "none"}))
     (root / ".git").mkdir()  # not a bundle, and not a problem
     return root
 
 
 def test_every_subfolder_is_a_user_bundle(user_folder: Path) -> None:
     bundles = load_bundle_folder(user_folder)
-    assert list(bundles) == ["user:my-dense", "user:my-mtp"]
+    assert list(bundles) == ["user:my-dense", "user:my-mtp", f"user:{PLAIN}"]
+    # "none" is read once, as no speculation: the manifest's null.
+    assert bundles[f"user:{PLAIN}"].entry.spec_type is None
     assert bundles["user:my-dense"].root == user_folder / "my-dense"
     assert bundles["user:my-dense"].entry.runtime_class is RuntimeClass.FUSED
     assert bundles["user:my-mtp"].drafter_path is None
@@ -114,5 +124,5 @@ def test_the_suites_run_over_the_user_bundles(user_folder: Path, tmp_path: Path)
                 for module, test in (("test_plan_forwarding.py", OVER_BUNDLES[0]),
                                      ("test_routing.py", OVER_BUNDLES[1]),
                                      ("test_smoke.py", OVER_BUNDLES[2]))
-                for bundle in ("user:my-dense", "user:my-mtp")}
+                for bundle in ("user:my-dense", "user:my-mtp", f"user:{PLAIN}")}
     assert passed == expected, output[-4000:]

@@ -7,7 +7,7 @@
 # device CI can select with GGML_VK_VISIBLE_DEVICES=0) and libgomp1 (OpenMP, CPU backend).
 #
 # Debian 13 (trixie), because the Vulkan backend does not build against Debian 12's
-# Vulkan headers (1.3.239 lacks vk::LayerSettingEXT; measured, see DESIGN.md). A runner
+# Vulkan headers (1.3.239 lacks vk::LayerSettingEXT; measured, see docs/design.md). A runner
 # without registry access passes a locally made trixie image (debootstrap --variant=minbase
 # trixie, then docker import) as BUILD_BASE and RUNTIME_BASE; every package below is in
 # Debian's archive.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The device check: the suites on a real NVIDIA GPU, on a machine with no Docker and no
-# package registry (the lent H200 of DESIGN.md), in one call of at most 5 minutes.
+# package registry (the lent H200 of docs/design.md), in one call of at most 5 minutes.
 #
 #   ci/scripts/device-check.sh            on the GPU machine, from the checkout's root
 #   ci/scripts/device-check.sh --dry-run  here, on the CPU build: every step but the GPU
@@ -95,7 +95,7 @@ require=cuda
 [ -z "$dry_run" ] || require=""
 suites=(suites/test_gpu_unused.py suites/test_plan_forwarding.py
         suites/test_offload_ladders.py suites/test_performance.py
-        suites/test_smoke.py)
+        suites/test_smoke.py suites/test_numerics.py)
 step "suites (require GPU: ${require:-none}, $workers workers, budget ${HARNESS_DEVICE_BUDGET_S:-240}s)"
 # The plugin is registered by the harness's entry point where it is installed; from the
 # carried checkout it is named on the command line instead.

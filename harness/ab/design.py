@@ -27,6 +27,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from harness.numerics.fingerprint import Fingerprint
+
 BASELINE = "baseline"
 CANDIDATE = "candidate"
 SEQUENTIAL = "sequential"
@@ -124,6 +126,10 @@ class Sample:
     values: dict[str, float]
     counters: dict[str, str]
     half: int | None = None
+    #: The greedy completion's tokens and top log-probabilities
+    #: (``harness.numerics.fingerprint``): what the build computed, compared by the
+    #: numerics verdict.
+    fingerprint: Fingerprint | None = None
 
 
 def paired_values(samples: Sequence[Sample], metric: str) -> tuple[list[float], list[float]]:

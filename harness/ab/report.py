@@ -59,7 +59,9 @@ def table(outcome: AbOutcome) -> str:
             f"prompt {settings.n_prompt} tokens, first token timed on "
             f"{settings.first_prompt()}")
     reasons = [f"{d.metric} unknown: {d.reason}" for d in outcome.decisions if d.reason]
+    numerics = outcome.numerics
     return "\n".join([head, "", *lines, *(["", *reasons] if reasons else []), "",
+                      f"numerics: {numerics.verdict} — {numerics.reason}", "",
                       counters_markdown(counter_report(outcome))])
 
 
@@ -90,13 +92,16 @@ def outcome_json(outcome: AbOutcome) -> dict[str, Any]:
         "threshold": settings.rule.threshold, "budget_s": settings.rule.budget_s,
         "confidence": settings.rule.confidence, "elapsed_s": outcome.elapsed_s,
         "blocks": outcome.blocks, "regressed": outcome.regressed,
+        "numerics": outcome.numerics.as_json(),
         "n_prompt": settings.n_prompt, "ttft_prompt": settings.first_prompt(),
         "metrics": [_decision_json(d, outcome.decided_after_s.get(d.metric))
                     for d in outcome.decisions],
         "counters": counters_json(counter_report(outcome)),
         "samples": [{"sequence": s.sequence, "arm": s.arm, "pair": s.pair, "block": s.block,
                      "at_s": s.at_s, "half": s.half, "values": s.values,
-                     "counters": s.counters} for s in outcome.samples],
+                     "counters": s.counters,
+                     "fingerprint": s.fingerprint.as_json() if s.fingerprint else None}
+                    for s in outcome.samples],
     }
 
 
@@ -122,4 +127,5 @@ def record_json(outcome: AbOutcome) -> dict[str, Any]:
         "metrics": {d.metric: _record_metric(d) for d in outcome.decisions},
         "counter_changes": [{"name": c.name, "baseline": c.baseline[:4096],
                              "candidate": c.candidate[:4096]} for c in report.changed],
+        "numerics": outcome.numerics.as_json(),
     }

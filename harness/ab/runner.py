@@ -23,9 +23,10 @@ import math
 import random
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,15 @@ from harness.ab.validation import earn_unchanged, validated_metrics
 from harness.client import ServerClient, shared_pool
 from harness.errors import ConfigError, ServerApiError, ServerError, ServerExitedError
 from harness.facts.build import Backend
+from harness.numerics.fingerprint import TOP_N as FINGERPRINT_TOP_N
+from harness.numerics.fingerprint import (
+    Fingerprint,
+    NumericsComparison,
+    NumericsVerdict,
+    compare_fingerprints,
+    fingerprint_of,
+)
+from harness.numerics.token_bytes import read_token_bytes
 from harness.perf.keys import DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS, DEFAULT_REPETITIONS
 from harness.perf.measure import measure_speed, prompt_ids
 from harness.planning.launch import LaunchSpec
@@ -68,8 +78,11 @@ CONTEXT_STEP = 512
 PROBE = "probe"
 #: How long a server that dropped a request may take to be seen exiting.
 EXIT_GRACE_S = 2.0
-#: Tokens of the greedy completion whose text is a deterministic counter.
+#: Tokens of the greedy completion whose text is a deterministic counter and whose
+#: log-probabilities are the numerics fingerprint.
 GREEDY_TOKENS = 16
+#: What one server start gives: its figures, its deterministic counters, its numbers.
+Measured = tuple[dict[str, float], dict[str, str], Fingerprint | None]
 
 
 @dataclass(frozen=True)
@@ -164,6 +177,20 @@ class AbOutcome:
     def regressed(self) -> bool:
         return any(d.verdict is AbVerdict.REGRESSED for d in self.decisions)
 
+    @cached_property
+    def numerics(self) -> NumericsComparison:
+        """The candidate's numbers against the baseline's (``harness.numerics.fingerprint``):
+        worked out once, read by the table, the JSON, the record and the exit code."""
+        def prints(arm: str) -> list[Fingerprint]:
+            return [s.fingerprint for s in self.samples
+                    if s.arm == arm and s.fingerprint is not None]
+        return compare_fingerprints(prints(BASELINE), prints(CANDIDATE))
+
+    @property
+    def failed(self) -> bool:
+        """What ``harness ab`` exits 1 for: a metric regressed, or the numbers changed."""
+        return self.regressed or self.numerics.verdict is NumericsVerdict.CHANGED
+
 
 def _check(baseline: Arm, candidate: Arm, settings: AbSettings,
            resume: AbOutcome | None = None) -> None:
@@ -206,7 +233,7 @@ class _Starter:
             assert arm.image is not None
             self._runner = ContainerRunner(arm.image, log_dir / arm.label, env=env)
 
-    def measure(self, cpus: set[int] | None) -> tuple[dict[str, float], dict[str, str]]:
+    def measure(self, cpus: set[int] | None) -> Measured:
         launched = time.monotonic()
         server = self._runner.launch(self._spec)
         try:
@@ -230,12 +257,16 @@ class _Starter:
                                 ("decode_tps", speed.decode_tps)):
                 if value is not None:
                     values[name] = value
-            counters = read_counters(server.log_text(), _greedy(server.base_url))
+            # The model's token bytes say which greedy tokens the server reports.
+            token_bytes = _token_bytes(settings.model)
+            greedy = _greedy(server.base_url, token_bytes)
+            counters = read_counters(server.log_text(), greedy)
+            fingerprint = fingerprint_of(greedy, len(token_bytes), token_bytes)
         except (httpx.TransportError, ServerApiError) as exc:
             raise _lost(server, self._arm, exc) from exc
         finally:
             server.stop()
-        return values, counters
+        return values, counters, fingerprint
 
 
 def _lost(server: RunningServer, arm: Arm, exc: Exception) -> ServerError:
@@ -255,10 +286,16 @@ def _lost(server: RunningServer, arm: Arm, exc: Exception) -> ServerError:
     return ServerExitedError(text) if code is not None else ServerError(text)
 
 
-def _greedy(base_url: str) -> dict[str, Any]:
+@cache
+def _token_bytes(model: Path) -> tuple[bytes, ...]:
+    return read_token_bytes(model)
+
+
+def _greedy(base_url: str, token_bytes: Sequence[bytes]) -> dict[str, Any]:
     with ServerClient(base_url, http=shared_pool()) as client:
         return client.completion(prompt_ids(16), n_predict=GREEDY_TOKENS, temperature=0.0,
-                                 seed=0).raw
+                                 seed=0, n_probs=min(FINGERPRINT_TOP_N, len(token_bytes)),
+                                 return_tokens=True).raw
 
 
 def _threads(settings: AbSettings) -> int:
@@ -357,7 +394,7 @@ def _with_first_token_prompt(settings: AbSettings, baseline: Arm, log_dir: Path,
         return settings
     cpus = core_halves()[0] if settings.design in HALVED else None
     arm = replace(baseline, label=PROBE)
-    values, _ = _Starter(arm, settings, log_dir, threads, env).measure(cpus)
+    values, _, _ = _Starter(arm, settings, log_dir, threads, env).measure(cpus)
     floor, threshold = METRICS["ttft_ms"].min_change, settings.rule.threshold
     chosen = first_token_prompt(settings.n_prompt, values.get("ttft_ms"),
                                 values.get("prompt_tps"), floor_ms=floor, threshold=threshold)
@@ -366,7 +403,7 @@ def _with_first_token_prompt(settings: AbSettings, baseline: Arm, log_dir: Path,
     # is still short of what the floor needs.
     while settings.n_prompt < chosen < LONGEST_PROMPT:
         at_choice = replace(settings, ttft_prompt=chosen)
-        values, _ = _Starter(arm, at_choice, log_dir, threads, env).measure(cpus)
+        values, _, _ = _Starter(arm, at_choice, log_dir, threads, env).measure(cpus)
         ttft = values.get("ttft_ms")
         if ttft is None or ttft >= wanted_first_token_ms(floor, threshold):
             break
@@ -406,8 +443,9 @@ def _run_block(block: Block, starters: dict[str, _Starter], started: float,
 
 
 def _sample(slot: Slot, block: Block, *, sequence: int, at: float,
-            measured: tuple[dict[str, float], dict[str, str]]) -> Sample:
-    values, counters = measured
+            measured: Measured) -> Sample:
+    values, counters, fingerprint = measured
     return Sample(arm=slot.arm, pair=slot.pair, block=block.number, sequence=sequence,
-                  at_s=at, values=values, counters=counters, half=slot.half)
+                  at_s=at, values=values, counters=counters, half=slot.half,
+                  fingerprint=fingerprint)
 

@@ -14,17 +14,13 @@ This is for benchmarks and the harness's own tests only, never a build under tes
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.bounded import bounded_lock, run_step
+from harness.builds import patched
 from harness.builds.native import BuildResult, ProgressCallback
 from harness.builds.resolve import ensure_build
-from harness.builds.source import MANIFEST_PATH, fetch_pinned_source
-from harness.errors import ConfigError, SourceError, ToolMissingError
-from harness.files import sha256_file
+from harness.errors import ConfigError
 from harness.planning.build_plan import BuildRequest
 
 #: Microseconds the slowed server spins after each generated token; unset or 0: none.
@@ -78,55 +74,18 @@ SLOWDOWN_BY_NAME = {kind.name: kind for kind in SLOWDOWNS}
 
 def apply_patch(tree: Path, patch: Path = PATCH_PATH) -> None:
     """Apply ``patch`` to the llama.cpp tree at ``tree`` in place, exactly or not at all."""
-    tool = shutil.which("patch")
-    if tool is None:
-        raise ToolMissingError("GNU patch is not installed; the slowed benchmark build "
-                               "needs it: install it with `apt-get install patch`")
-    # Dry run first, so a patch that fails on its second hunk leaves the tree untouched.
-    # --fuzz=0: a hunk that only lands by ignoring context means the source moved, and
-    # the slowdown might then sit somewhere the decode timings do not cover.
-    base = [tool, "--batch", "--forward", "--fuzz=0", "--no-backup-if-mismatch",
-            "-p1", "-d", str(tree), "-i", str(patch)]
-    for argv in ([*base, "--dry-run"], base):
-        run = run_step(argv, step=f"patch -i {patch.name}", limit_s=PATCH_LIMIT_S,
-                       setting="harness.builds.slowed.PATCH_LIMIT_S", error=SourceError)
-        if run.code != 0:
-            raise SourceError(
-                f"{patch} does not apply to {tree} (patch exit {run.code}):\n"
-                + "\n".join(run.tail).strip() + "\n"
-                f"The pinned source ({MANIFEST_PATH.name}) probably changed: redo the edits "
-                f"in {', '.join(map(str, PATCHED_FILES))} of the new source and regenerate "
-                "the patch with diff -u."
-            )
+    # PATCH_LIMIT_S is read at call time, so a test (or a slow disk) can change it here.
+    patched.apply_patch(tree, patch, files=PATCHED_FILES,
+                        needed_by="the slowed benchmark build", limit_s=PATCH_LIMIT_S,
+                        setting="harness.builds.slowed.PATCH_LIMIT_S")
 
 
 def slowed_source(cache: Path) -> Path:
-    """The pinned tree with the patch applied, made once in ``cache/slowed-source/``.
-
-    Named by the pin's digest and the patch's hash, so a new pin or an edited patch gets
-    a tree of its own. Made in a temp directory beside it and renamed into place: a tree
-    at the final path is always complete.
-    """
-    pinned = fetch_pinned_source(cache)
-    name = f"{pinned.digest[:16]}-{sha256_file(PATCH_PATH)[:12]}"
-    home = cache / "slowed-source"
-    tree = home / name
-    if tree.is_dir():
-        return tree
-    home.mkdir(parents=True, exist_ok=True)
-    with bounded_lock(Path(str(tree) + ".lock"), wait_s=SLOWED_LOCK_WAIT_S,
-                      purpose=f"making the slowed source {name}", error=SourceError,
-                      setting="harness.builds.slowed.SLOWED_LOCK_WAIT_S"):
-        if tree.is_dir():
-            return tree  # another process made it while this one waited
-        staging = Path(tempfile.mkdtemp(dir=home, prefix=f".{name}-"))
-        try:
-            shutil.copytree(pinned.path, staging, symlinks=True, dirs_exist_ok=True)
-            apply_patch(staging)
-            os.replace(staging, tree)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    return tree
+    """The pinned tree with the patch applied, made once in ``cache/slowed-source/``
+    (named by the pin's digest and the patch's hash: :func:`patched.patched_source`)."""
+    return patched.patched_source(cache, PATCH_PATH, "slowed-source", apply=apply_patch,
+                                  lock_wait_s=SLOWED_LOCK_WAIT_S,
+                                  lock_setting="harness.builds.slowed.SLOWED_LOCK_WAIT_S")
 
 
 def ensure_slowed_build(cache: Path, progress: ProgressCallback | None = None) -> BuildResult:

@@ -1,7 +1,9 @@
 """``harness ab``: is the candidate build slower than the baseline, measured side by side?
 
-Exit 0 when no metric regressed (unchanged, improved or unknown), 1 when one did, 2 on
-an error (a build that cannot be found, a server that does not start).
+Exit 0 when no metric regressed (unchanged, improved or unknown) and the numbers did not
+change, 1 when a metric regressed or the candidate's greedy log-probabilities left the
+same-build band (``harness/numerics/fingerprint.py``), 2 on an error (a build that
+cannot be found, a server that does not start).
 ``--calibrate-design`` instead measures a known slowdown with every design and records
 which ones this runner can trust (harness/ab/design_check.py).
 """
@@ -183,7 +185,7 @@ def ab_command(*, baseline: str | None, candidate: str | None, fixture: str,
         click.echo(json.dumps(outcome_json(outcome), indent=2))
     else:
         click.echo(table(outcome))
-    sys.exit(1 if outcome.regressed else 0)
+    sys.exit(1 if outcome.failed else 0)
 
 
 def _calibrate(fixture: str, metrics: tuple[str, ...], *, slowdown: float, budget_s: float,

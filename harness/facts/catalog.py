@@ -19,9 +19,9 @@ class RuntimeClass(enum.StrEnum):
     """A catalog entry's ``runtime_class``: the runtime its model needs.
 
     The catalog format's words (fixtures/models/README.md; the production catalog the
-    harness models calls it ``fused-eliza1``, reference 000). A fused entry goes to the
-    fused llama-cpp pipeline (harness/planning/routing.py), and it is the only class the
-    runtime ships.
+    harness models calls it ``fused-eliza1``: reference 000, docs/references.md). A fused
+    entry goes to the fused llama-cpp pipeline (harness/planning/routing.py), and it is
+    the only class the runtime ships.
     """
 
     FUSED = "fused"
@@ -44,6 +44,10 @@ def drafter_relpath(entry_id: str) -> str:
     return f"text/{entry_id}-drafter.gguf"
 
 
+#: llama-server's ``--spec-type`` value for no speculative decoding.
+NO_SPECULATION = "none"
+
+
 @dataclass(frozen=True)
 class CatalogEntry:
     id: str
@@ -62,6 +66,10 @@ class CatalogEntry:
         # (harness/modelgen/bundle_layout.py) runtime class arrive as text: an unknown one is
         # refused here, whoever built the entry.
         object.__setattr__(self, "runtime_class", parse_runtime_class(self.runtime_class))
+        # llama-server's own word for no speculation (``--spec-type none``) and the
+        # manifest's null are one value: no speculation, read once here as None.
+        if self.spec_type == NO_SPECULATION:
+            object.__setattr__(self, "spec_type", None)
 
     def to_json(self) -> dict[str, Any]:
         """The manifest object, keys in field order (the written bytes are hashed)."""

@@ -123,7 +123,7 @@ def _num(value: float) -> str:
 #: The documented set of settings, in argv order. Names are the llama-server long
 #: option without dashes, dashes as underscores (``--ctx-size`` -> ``ctx_size``).
 SETTING_FIELDS: tuple[SettingField, ...] = (
-    # 999 = every layer (reference 001: unambiguous and survives clamping).
+    # 999 = every layer (reference 001, docs/references.md: unambiguous, survives clamping).
     SettingField("n_gpu_layers", "--n-gpu-layers", FieldKind.INT, minimum=0),
     # Any context is accepted: llama.cpp pads n_ctx (and each slot's share) up to a
     # multiple of 256 (src/llama-context.cpp), which the KV planner models and the plan

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gguf
 
-from harness.modelgen.specs import Architecture, ModelShape
+from harness.modelgen.specs import Architecture, ModelShape, WeightType
 from harness.modelgen.vocab import Vocab, add_vocab
 
 #: llama.cpp requires the RMS-norm epsilon key for all three architectures.
@@ -19,10 +19,11 @@ _GEMMA2_ATTN_SOFTCAP = 50.0
 _GEMMA2_FINAL_SOFTCAP = 30.0
 
 
-def add_metadata(writer: gguf.GGUFWriter, name: str, shape: ModelShape, vocab: Vocab) -> None:
+def add_metadata(writer: gguf.GGUFWriter, name: str, shape: ModelShape, vocab: Vocab,
+                 weight_type: WeightType = WeightType.F32) -> None:
     # No dates, UUIDs or paths: the file must hash the same on every run.
     writer.add_name(f"harness fixture {name}")
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_file_type(weight_type.file_type)
     writer.add_context_length(shape.context_length)
     writer.add_embedding_length(shape.embedding_length)
     writer.add_block_count(shape.block_count)
@@ -55,7 +56,7 @@ def _add_experts(writer: gguf.GGUFWriter, shape: ModelShape) -> None:
     if shape.leading_dense_block_count is not None:
         writer.add_leading_dense_block_count(shape.leading_dense_block_count)
     if shape.architecture is Architecture.GLM4_MOE:
-        # The GLM-4.5 routing recipe DESIGN measured: sigmoid gates, normalised, scale 1.
+        # The measured GLM-4.5 routing recipe (docs/design.md): sigmoid gates, normalised, scale 1.
         writer.add_expert_weights_scale(1.0)
         writer.add_expert_weights_norm(True)
         writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)

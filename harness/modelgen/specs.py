@@ -1,6 +1,7 @@
 """Fixture specs: one JSON file per tiny GGUF model, parsed into frozen value objects.
 
-A spec is either a *model* (shape, vocab and seed of a GGUF the writer generates) or a
+A spec is either a *model* (shape, vocab and seed of a GGUF the writer generates), a
+*quantized copy* of another model (the same weights, written in a quantized type), or a
 *truncated copy* of another fixture (a corrupt file for the drafter-fallback path).
 Everything the writer needs is checked here, so a spec that loads is a spec that writes:
 keys, types and what each architecture needs by resources/schemas/fixture-spec.schema.json, the
@@ -33,6 +34,41 @@ class Architecture(enum.StrEnum):
     def model_arch(self) -> Any:
         """The ``gguf.MODEL_ARCH`` member, to look up tensor names and allowed tensors."""
         return next(a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == self.value)
+
+
+class WeightProfile(enum.StrEnum):
+    """How the writer draws a model's weights (``harness.modelgen.weights``).
+
+    ``flat``: every matrix uniform in ±0.05, so the output is a nearly flat distribution;
+    the aligned-token trick needs that. ``peaked``: matrices scaled by their fan-in and a
+    wide output layer, so next-token distributions look like a trained model's (a few
+    nats of entropy, clear top tokens that change with the context): a build that
+    computes a wrong number changes them visibly.
+    """
+
+    FLAT = "flat"
+    PEAKED = "peaked"
+
+
+class WeightType(enum.StrEnum):
+    """The ggml types a fixture's matrices are written in; 1-D tensors and the MoE router
+    stay F32, as llama-quantize leaves them. Quantized by gguf-py's own routines."""
+
+    F32 = "f32"
+    Q8_0 = "q8_0"
+    Q4_0 = "q4_0"
+    Q4_1 = "q4_1"
+
+    @property
+    def ggml_type(self) -> Any:
+        """The ``gguf.GGMLQuantizationType`` member."""
+        return gguf.GGMLQuantizationType[self.name]
+
+    @property
+    def file_type(self) -> Any:
+        """The ``gguf.LlamaFileType`` the file's ``general.file_type`` records."""
+        return (gguf.LlamaFileType.ALL_F32 if self is WeightType.F32
+                else gguf.LlamaFileType[f"MOSTLY_{self.name}"])
 
 
 class VocabKind(enum.StrEnum):
@@ -69,6 +105,7 @@ class ModelShape:
     nextn_predict_layers: int = 0
     sliding_window: int | None = None
     aligned_token: str | None = None
+    weights: WeightProfile = WeightProfile.FLAT
 
     @property
     def trunk_block_count(self) -> int:
@@ -94,13 +131,19 @@ class Truncation:
 
 @dataclass(frozen=True)
 class FixtureSpec:
-    """One fixture: exactly one of ``shape`` (generated) or ``truncation`` (cut copy)."""
+    """One fixture: exactly one of ``shape`` (generated) or ``truncation`` (cut copy).
+
+    A quantized copy is generated: it has its source's ``shape`` and seed, so its weights
+    are the source's, written in ``weight_type``; ``quantized_from`` names the source.
+    """
 
     name: str
     description: str
     path: Path
     shape: ModelShape | None = None
     truncation: Truncation | None = None
+    weight_type: WeightType = WeightType.F32
+    quantized_from: str | None = None
 
 
 #: The spec format: which keys, of which types, for which architecture.
@@ -116,6 +159,11 @@ def load_fixture_spec(path: Path) -> FixtureSpec:
         trunc = Truncation(source=obj["truncated_copy_of"],
                            fraction=float(obj["truncate_to_fraction"]))
         return FixtureSpec(name, obj["description"], path, truncation=trunc)
+    if "quantized_copy_of" in obj:
+        # The shape is the source's, filled in by load_fixture_specs once all are read.
+        return FixtureSpec(name, obj["description"], path,
+                           weight_type=WeightType(obj["weight_type"]),
+                           quantized_from=obj["quantized_copy_of"])
     shape = _shape(obj)
     fail_if_any(FixtureError, _shape_problems(path, shape), _FIX)
     return FixtureSpec(name, obj["description"], path, shape=shape)
@@ -150,6 +198,7 @@ def _shape(obj: Mapping[str, Any]) -> ModelShape:
         nextn_predict_layers=count("nextn_predict_layers"),
         sliding_window=optional("sliding_window"),
         aligned_token=obj.get("aligned_token"),
+        weights=WeightProfile(obj.get("weights", WeightProfile.FLAT.value)),
     )
 
 
@@ -180,8 +229,12 @@ def _shape_problems(path: Path, s: ModelShape) -> list[str]:
     elif s.expert_used_count > s.expert_count:
         refuse("expert_used_count", s.expert_used_count,
                f"exceeds expert_count {s.expert_count}", f"1 to {s.expert_count}")
+    if s.aligned_token is not None and s.weights is WeightProfile.PEAKED:
+        refuse("weights", s.weights.value, "an aligned token needs the flat profile: its "
+               "shared direction must dominate every residual stream", "flat, or no "
+               "aligned_token")
     if s.architecture is Architecture.GLM4_MOE:
-        # From the measured MTP recipe (DESIGN "Measured facts"): the MTP block follows a
+        # From the measured MTP recipe (docs/design.md, "Drafters and MTP"): the MTP block follows a
         # trunk of at least one block, which holds the leading dense blocks. (One MoE MTP
         # block at most, and the keys glm4moe needs, are the schema's rules.)
         if s.trunk_block_count < 1:
@@ -202,6 +255,9 @@ def load_fixture_specs(spec_dir: Path) -> dict[str, FixtureSpec]:
     if not specs:
         raise FixtureError(f"{spec_dir}: no fixture specs (*.json) found")
     models = ", ".join(json.dumps(n) for n, s in specs.items() if s.shape is not None)
+    for name, spec in list(specs.items()):
+        if spec.quantized_from is not None:
+            specs[name] = _quantized_copy(spec, specs, models)
     for spec in specs.values():
         if spec.truncation is None:
             continue
@@ -213,3 +269,33 @@ def load_fixture_specs(spec_dir: Path) -> dict[str, FixtureSpec]:
                            f"one of {models} (the model fixtures)")
             fail_if_any(UnknownFixtureError if source is None else FixtureError, [line])
     return specs
+
+
+def _quantized_copy(spec: FixtureSpec, specs: Mapping[str, FixtureSpec],
+                    models: str) -> FixtureSpec:
+    """``spec`` with its source's shape; the source must be a generated f32 model whose
+    every quantized row is a whole number of the type's blocks."""
+    assert spec.quantized_from is not None
+    source = specs.get(spec.quantized_from)
+    if source is None or source.shape is None or source.quantized_from is not None:
+        why = ("not a fixture" if source is None else
+               "a copy itself; the source of a quantized copy must be a generated model")
+        line = problem(spec.path, "$.quantized_copy_of", spec.quantized_from, why,
+                       f"one of {models} (the generated f32 models)")
+        fail_if_any(UnknownFixtureError if source is None else FixtureError, [line])
+    assert source is not None
+    assert source.shape is not None
+    block = gguf.GGML_QUANT_SIZES[spec.weight_type.ggml_type][0]
+    widths = {source.shape.embedding_length, source.shape.feed_forward_length,
+              source.shape.head_count * source.shape.key_length}
+    if source.shape.expert_feed_forward_length is not None:
+        widths.add(source.shape.expert_feed_forward_length)
+    odd = sorted(w for w in widths if w % block)
+    if odd:
+        fail_if_any(FixtureError, [problem(
+            spec.path, "$.weight_type", spec.weight_type.value,
+            f"rows of {', '.join(map(str, odd))} values in {spec.quantized_from!r} are not "
+            f"whole {block}-value blocks", "f32, or a source whose widths are multiples "
+            f"of {block}")])
+    return FixtureSpec(spec.name, spec.description, spec.path, shape=source.shape,
+                       weight_type=spec.weight_type, quantized_from=spec.quantized_from)

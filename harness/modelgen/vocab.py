@@ -27,7 +27,7 @@ _SPECIALS = (
 )
 UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
 
-#: Ten word pieces after the 256 byte tokens: 3 + 256 + 10 = the 269 tokens DESIGN measured.
+#: Ten word pieces after the 256 byte tokens: 3 + 256 + 10 = the 269 tokens of docs/design.md.
 _PIECES = (
     _SP,
     f"{_SP}hello",

@@ -1,9 +1,9 @@
 """Per-GPU autotune (pure): a detected GPU and the card configs in, llama-server settings out.
 
-The card is chosen by device name; a GPU no config names falls back on a VRAM bucket
-that borrows a tuned card's settings (reference 001's table, parallel scaling
-included); below the smallest bucket there is no config and the catalog's defaults
-stand. Settings are layered, later wins:
+The card is chosen by device name; a GPU no config names falls back on a VRAM bucket that
+borrows a tuned card's settings (reference 001's table, parallel scaling included;
+docs/references.md); below the smallest bucket there is no config and the catalog's
+defaults stand. Settings are layered, later wins:
 
     card defaults -> bundle recommendation -> (bucket parallel scaling)
     -> tuned (``harness tune --write``; matched cards only) -> per-call overrides

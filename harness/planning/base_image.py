@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from harness.errors import ConfigError
 
 #: ``--distro`` words → Debian suite codenames. sid is there for ROCm: ggml's HIP backend
-#: needs HIP ≥ 6.1 and only sid carries it (DESIGN.md).
+#: needs HIP ≥ 6.1 and only sid carries it (docs/design.md).
 SUITES = {"debian:12": "bookworm", "debian:13": "trixie", "debian:sid": "sid"}
 #: Debian's archive areas. ``non-free`` holds NVIDIA's CUDA toolkit, ``contrib`` what
 #: builds on it; ``main`` is always there (debootstrap needs it).

@@ -4,10 +4,10 @@ Every feature a plan wants and the build lacks is named in the same words, "not 
 by this build: FEATURE" (``NOT_SUPPORTED``), whether the planner substituted it or the
 launch cannot be made (``build_support.py`` checks the whole launch).
 
-A plan may ask for a cache type only a fork ships (``qjl1_256``, ``q4_polar``). On a
-build whose ``--help`` does not list it, K falls back to ``q8_0`` and V to ``q4_0`` (the
-"Q8 K + Q4 V" pair reference 001 gives as the upstream equivalent), and a structured
-warning records the change so the report shows it: never a silent substitution.
+A plan may ask for a cache type only a fork ships (``qjl1_256``, ``q4_polar``). On a build
+whose ``--help`` does not list it, K falls back to ``q8_0`` and V to ``q4_0`` (the "Q8 K +
+Q4 V" pair reference 001 gives as the upstream equivalent; docs/references.md), and a
+structured warning records the change so the report shows it: never a silent substitution.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The Dockerfiles in ``ci/docker/`` take their CMake flags from one build argument
 ``BuildRequest.cmake_flags()`` the native build runs, so a container build and a native
 build of one request cannot drift apart. The base images are build arguments too, so a
 runner without registry access passes images it made itself (``debootstrap`` and
-``docker import``, see DESIGN.md).
+``docker import``, see docs/design.md).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ IMAGE_ARGS: tuple[str, ...] = ("BUILD_BASE", "RUNTIME_BASE")
 SERVER_PATH_IN_IMAGE = "/app/llama-server"
 
 #: Debian 13: the Vulkan backend needs its Vulkan headers (Debian 12's 1.3.239 lacks
-#: ``vk::LayerSettingEXT``, DESIGN.md), and one locally made trixie base then serves
+#: ``vk::LayerSettingEXT``, docs/design.md), and one locally made trixie base then serves
 #: both the CPU and the Vulkan image.
 _DEBIAN = "debian:trixie-slim"
 #: The versions llama.cpp's own .devops/cuda.Dockerfile and rocm.Dockerfile use.
@@ -75,7 +75,7 @@ class LocalBase:
 
 #: CPU and Vulkan: Debian 13 (see ``_DEBIAN``). CUDA: trixie's ``non-free`` has
 #: nvidia-cuda-toolkit 12.4 and cuda-g++ (g++ 13; trixie's g++ 14 is too new for nvcc
-#: 12.4). ROCm: ggml-hip refuses HIP < 6.1, trixie has 5.7, sid has 6.4 (DESIGN.md).
+#: 12.4). ROCm: ggml-hip refuses HIP < 6.1, trixie has 5.7, sid has 6.4 (docs/design.md).
 LOCAL_BASES: Mapping[Backend, LocalBase] = MappingProxyType({
     Backend.CPU: LocalBase("debian:13"),
     Backend.VULKAN: LocalBase("debian:13"),

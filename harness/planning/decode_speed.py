@@ -1,5 +1,7 @@
 """Predicted decode tokens/s from memory bandwidth (reference 004's model), pure.
 
+Reference 004 is described in docs/references.md.
+
 Decoding one token reads every weight it uses once, plus the K/V cache up to the current
 depth, so a token takes (bytes read ÷ bandwidth) on each device, and the devices take
 turns. Per token:

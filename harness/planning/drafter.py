@@ -1,10 +1,10 @@
 """Whether a launch speculates, with which drafter, and why not when it doesn't (pure).
 
-Ported behaviour (reference 002):
+Ported behaviour (reference 002, docs/references.md):
 - the spec type comes from an explicit setting, else the catalog entry, else
   ``draft-mtp`` when the model (or its companion drafter file) carries an MTP head; a
   ``draft-mtp`` request for a model without one is dropped, because the server exits
-  with ``failed to create MTP context`` (DESIGN.md, measured);
+  with ``failed to create MTP context`` (docs/design.md, measured);
 - a drafter the *catalog* chose is left out when, beside it, the target context or its
   KV precision would shrink, or the model, its KV and the drafter would not fit the free
   VRAM: a drafter buys speed, context is what a session runs out of. A drafter the user

@@ -1,9 +1,9 @@
 """VRAM fitting (pure): how many slots fit at a context, how much context fits for N slots.
 
-Reference 001's budget: the KV cache gets what is left of the card's memory after the
-reserved headroom (driver, activations), the model weights and the drafter. Per slot the
-KV costs ``context x bytes per token``; the caller computes the bytes per token for the
-model and cache types (a KV sizer's job) and passes a plain int.
+Reference 001's budget (docs/references.md): the KV cache gets what is left of the card's
+memory after the reserved headroom (driver, activations), the model weights and the
+drafter. Per slot the KV costs ``context x bytes per token``; the caller computes the
+bytes per token for the model and cache types (a KV sizer's job) and passes a plain int.
 
 Contexts are per slot. llama-server's ``--ctx-size`` is the pool all slots share, so a
 result also gives ``ctx_size = slots x ctx_per_slot``. llama.cpp pads contexts up to a

@@ -191,7 +191,7 @@ class KvLayout:
 
 def uniform_layout(n_layers: int, kv_heads: int, head_dim: int, *, name: str = "uniform",
                    train_context: int = 4096) -> KvLayout:
-    """A plain full-attention stack (reference 001's bundle rows)."""
+    """A plain full-attention stack (reference 001's bundle rows, docs/references.md)."""
     layers = tuple(KvLayer(i, kv_heads, head_dim, head_dim) for i in range(n_layers))
     return KvLayout(name, train_context, layers, n_layers)
 

@@ -1,7 +1,7 @@
 """The degrade ladders: one step safer per out-of-memory start, MoE and dense (pure).
 
-Ported from reference 003's degrade functions, which trade speed for admission one step
-per GPU OOM at startup and then report that nothing safer is left:
+Ported from reference 003's degrade functions (docs/references.md), which trade speed for
+admission one step per GPU OOM at startup and then report that nothing safer is left:
 
 - MoE: ``--n-cpu-moe N`` (``-ngl`` pinned) → ``--cpu-moe`` (pinned) → ``--cpu-moe`` with
   the layer count left to llama-server's fit. Dropping ``--cpu-moe`` would put experts
@@ -12,7 +12,7 @@ per GPU OOM at startup and then report that nothing safer is left:
   offload rung (reference 003 plans no estimate-only dense split).
 
 After the offload rungs come two of ours, for OOMs the weights are not to blame:
-``--no-kv-offload`` (the KV cache in system RAM; DESIGN.md names it the rung for a real
+``--no-kv-offload`` (the KV cache in system RAM; docs/design.md names it the rung for a real
 KV-buffer OOM), then halving an explicitly launched context down to a floor. A context
 the launch left to the server is not shrunk: an explicit ``-c`` would switch off the
 server's own ``--fit`` of the context and could ask for more than it had chosen.

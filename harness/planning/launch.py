@@ -17,7 +17,7 @@ from typing import Any
 from harness.facts.gpu import SETTING_FIELDS, FieldKind, ServerSettings
 
 #: ``-lv 4`` is INFO: below it llama-server hides ``using device``, the buffer sizes and
-#: the KV-cache line the verdicts read (DESIGN.md, "Log verbosity").
+#: the KV-cache line the verdicts read (docs/design.md, "Log verbosity").
 INFO_VERBOSITY = 4
 
 

@@ -1,6 +1,6 @@
 """Where a model's weights go when it does not fit the GPU: experts or dense FFN to RAM (pure).
 
-Ported behaviour (reference 003, its offload planner):
+Ported behaviour (reference 003, its offload planner; docs/references.md):
 
 - everything fits (weights + reserves ≤ VRAM) → full GPU residency, no offload flags;
 - MoE with exact per-layer sizes: the non-expert residue (attention, norms, router,

@@ -1,10 +1,11 @@
 """The launch a retry makes: the same spec without its drafter, or on a safer rung (pure).
 
-``without_drafter`` is reference 002's retry after a drafter broke the start: everything
-else about the launch stays. ``apply_rung`` turns an offload-ladder rung (``ladder.py``)
-into the ``LaunchSpec`` fields llama-server reads, clearing whatever the previous offload
-kind had set so two kinds never mix in one argv. ``starting_rung`` is the ladder's top for
-a launch as it will really start: the plan's offload, else what the spec itself pins.
+``without_drafter`` is reference 002's retry (docs/references.md) after a drafter broke
+the start: everything else about the launch stays. ``apply_rung`` turns an offload-ladder
+rung (``ladder.py``) into the ``LaunchSpec`` fields llama-server reads, clearing whatever
+the previous offload kind had set so two kinds never mix in one argv. ``starting_rung`` is
+the ladder's top for a launch as it will really start: the plan's offload, else what the
+spec itself pins.
 """
 
 from __future__ import annotations

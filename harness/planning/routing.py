@@ -1,9 +1,9 @@
 """Which inference backend a launch goes to, and why (pure).
 
-Ported behaviour (reference 000): a catalog entry whose runtime class is ``fused`` goes
-to the fused llama-cpp backend; a model with no catalog entry goes to llama-cpp by
-default; an explicit override (``HARNESS_INFERENCE_BACKEND``, read by the caller) wins
-over both and says so.
+Ported behaviour (reference 000, docs/references.md): a catalog entry whose runtime class
+is ``fused`` goes to the fused llama-cpp backend; a model with no catalog entry goes to
+llama-cpp by default; an explicit override (``HARNESS_INFERENCE_BACKEND``, read by the
+caller) wins over both and says so.
 """
 
 from __future__ import annotations

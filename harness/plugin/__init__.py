@@ -13,6 +13,8 @@ The names the suites annotate their fixtures with are re-exported here.
 """
 
 from harness.plugin.hooks import BundleDir, LaunchPlanned, PlanFor, Server, StartServer
+from harness.plugin.recording.fingerprints import RecordFingerprint
 from harness.plugin.unverified import RecordUnverified
 
-__all__ = ["BundleDir", "LaunchPlanned", "PlanFor", "RecordUnverified", "Server", "StartServer"]
+__all__ = ["BundleDir", "LaunchPlanned", "PlanFor", "RecordFingerprint", "RecordUnverified",
+           "Server", "StartServer"]

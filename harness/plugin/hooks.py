@@ -19,34 +19,28 @@ import pytest
 from harness import modelgen
 from harness.builds.container_build import build_image, image_backend
 from harness.builds.resolve import resolve_source
-from harness.builds.under_test import (
-    BuildUnderTest,
-)
+from harness.builds.under_test import BuildUnderTest
 from harness.errors import ConfigError, HarnessError
 from harness.facts.build import Backend, Capabilities
 from harness.paths import cache_root
+from harness.plan_request import read_cards, read_plan_request
 from harness.planning.build_plan import BuildRequest
 from harness.planning.container_gpu import plan_gpu_access
 from harness.planning.launch import LaunchSpec
-from harness.planning.launch_plan import LaunchPlan, PlanRequest, plan_launch
+from harness.planning.launch_plan import LaunchPlan, plan_launch
 from harness.planning.routing import InferenceBackend
 from harness.plugin.features import FeatureGate, ensure_launchable
 from harness.plugin.idle_hypothesis import IdleHypothesis
+from harness.plugin.recording.fingerprints import RecordFingerprint, fingerprint_recorder
 from harness.plugin.recording.flakes_plugin import KnownFlakesPlugin
 from harness.plugin.recording.pytest_plugin import RecordingPlugin
 from harness.plugin.required import RequireSettingError, required_resources, skip_unless_present
-from harness.plugin.session import (
-    SESSION_KEY,
-    HarnessOptions,
-    HarnessSession,
-    add_options,
-)
+from harness.plugin.session import SESSION_KEY, HarnessOptions, HarnessSession, add_options
+from harness.plugin.start_guard import GuardedRunner
 from harness.plugin.unverified import RecordUnverified, UnverifiedSummary, record_on
 from harness.probes.bundles import load_bundle
 from harness.probes.devices import Device
 from harness.probes.docker_engine import docker_engine
-from harness.probes.gguf_facts import read_model_facts
-from harness.probes.gpu_configs import load_fork_kv_types, load_gpu_configs
 from harness.probes.gpu_health import runner_gpu_health
 from harness.runners.base import RunningServer, ServerRunner
 from harness.runners.container_labels import SESSION_ID
@@ -203,6 +197,12 @@ def unverified_fields(request: pytest.FixtureRequest) -> RecordUnverified:
     return record_on(request.node)
 
 
+@pytest.fixture
+def record_fingerprint(request: pytest.FixtureRequest) -> RecordFingerprint:
+    """Keep a numerics probe's fingerprint in the run record (recording/fingerprints.py)."""
+    return fingerprint_recorder(request.node)
+
+
 @pytest.fixture(scope="session")
 def harness_cache() -> Path:
     return cache_root()
@@ -318,10 +318,11 @@ def start_server(server_runner: ServerRunnerLike, build_capabilities: Capabiliti
     """Factory: ``start_server(LaunchSpec(...))`` returns a ready server, stopped after the
     test. A spec needing a feature the build lacks is not sent: the test skips."""
     started: list[Server] = []
+    guarded = GuardedRunner(server_runner, harness_build)
 
     def start(spec: LaunchSpec) -> Server:
         ensure_launchable(spec, build_capabilities, harness_build)
-        server = server_runner.start(spec)
+        server = guarded.start(spec)
         started.append(server)
         return server
 
@@ -341,25 +342,17 @@ def plan_for(fixture_set: modelgen.FixtureSet, bundle_dir: BundleDir,
     (a bundle NAME may be a user's, ``user:<folder>``); ``gpu`` defaults to
     ``--harness-planner-gpu`` (none unless given)."""
     default_gpu = HarnessSession.of(pytestconfig).options.planner_gpu
-    configs = load_gpu_configs()
-    forks = load_fork_kv_types()
-    capabilities = harness_build.info.capabilities if harness_build.info else Capabilities()
+    cards = read_cards()  # once a session: every plan reads the same packaged cards
 
     def plan(*, bundle: str | None = None, model: str | None = None,
              **changes: object) -> LaunchPlan:
         if bundle is not None:
-            loaded = load_bundle(bundle_dir(bundle))
-            drafter = loaded.drafter_path
-            request = PlanRequest(
-                model_path=loaded.text_model, model=read_model_facts(loaded.text_model),
-                bundle=loaded, drafter_model=read_model_facts(drafter) if drafter else None)
+            request = read_plan_request(build=harness_build, cards=cards,
+                                        bundle=load_bundle(bundle_dir(bundle)))
         else:
             assert model is not None, "plan_for needs bundle= or model="
-            path = fixture_set.model(model)
-            request = PlanRequest(model_path=path, model=read_model_facts(path))
-        request = dataclasses.replace(request, configs=configs, fork_kv_types=forks,
-                                      capabilities=capabilities, build_key=harness_build.key,
-                                      release=harness_build.release)
+            request = read_plan_request(build=harness_build, cards=cards,
+                                        model=fixture_set.model(model))
         if default_gpu is not None and "gpu" not in changes:
             changes["gpu"] = default_gpu
         made = plan_launch(dataclasses.replace(request, **changes))  # type: ignore[arg-type]
@@ -376,7 +369,8 @@ def launch(server_runner: ServerRunnerLike, build_capabilities: Capabilities,
 
     A plan that needs a feature the build lacks is not sent: the test skips with the
     plan's words, or fails under ``--harness-require-features``."""
-    dispatcher = Dispatcher({InferenceBackend.LLAMA_CPP: LlamaCppBackend(server_runner)})
+    guarded = GuardedRunner(server_runner, harness_build)
+    dispatcher = Dispatcher({InferenceBackend.LLAMA_CPP: LlamaCppBackend(guarded)})
     started: list[Server] = []
 
     def start(plan: LaunchPlan) -> Server:

@@ -1,10 +1,11 @@
 """``HARNESS_TEST_REQUIRE``: what a test run must have, so it cannot pass by skipping.
 
-A test that needs Docker, PostgreSQL, Chromium, the Allure CLI or the wheelhouse skips
+A test that needs Docker, PostgreSQL, Chromium, the Allure CLI, the wheelhouse or the
+real model (``harness fixtures --real``) skips
 with the reason where one is missing — right on a laptop, wrong in CI, where a broken install step
 would otherwise turn a whole area of tests into skips and the run green. With
-``HARNESS_TEST_REQUIRE=docker,postgres,chromium,allure,wheelhouse`` (any subset;
-``.ci/run`` sets all five) such a test fails instead, naming what is missing and the fix.
+``HARNESS_TEST_REQUIRE=docker,postgres,chromium,allure,wheelhouse,real-model`` (any
+subset; ``.ci/run`` sets all six) such a test fails instead, naming what is missing and the fix.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 
 REQUIRE_ENV = "HARNESS_TEST_REQUIRE"
 #: What a test may need from the machine and skip without.
-RESOURCES = ("docker", "postgres", "chromium", "allure", "wheelhouse")
+RESOURCES = ("docker", "postgres", "chromium", "allure", "wheelhouse", "real-model")
 
 
 class RequireSettingError(ValueError):

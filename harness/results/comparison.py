@@ -8,7 +8,11 @@ writes the result out.
 A run may also carry its own paired A/B result (``RunRecord.ab``, from ``harness ab
 --record``): two builds measured side by side, decided by its own rule rather than
 against history. The comparison shows it as is, and a metric it calls regressed fails
-the comparison as a regressed figure does.
+the comparison as a regressed figure does, and so does its numbers' verdict.
+
+A run of the numerics suite keeps each probe's fingerprint (``RunRecord.numerics``);
+each is held to the baseline's (:mod:`harness.results.numerics_comparison`), and a
+probe whose numbers changed fails the comparison as a newly failing test does.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from typing import Any
 
 from harness.errors import HarnessError
 from harness.facts.gpu import GpuConfig
+from harness.numerics.fingerprint import NumericsVerdict
 from harness.results.drift import Drift, measured_drift
 from harness.results.noise_rule import DEFAULT_NOISE_RULE, Judgement, NoiseRule, judge
+from harness.results.numerics_comparison import ProbeNumerics, compare_numerics
 from harness.results.rules import AbVerdict, FigureStatus
 from harness.results.run_record import (
     FAILING_OUTCOMES,
@@ -100,6 +106,8 @@ class Comparison:
     tune: dict[str, Any] | None = None
     #: Decode figures that left their card's calibrated band (reported, not judged).
     drift: tuple[Drift, ...] = ()
+    #: Each numerics probe of the run against the baseline's fingerprint.
+    numerics: tuple[ProbeNumerics, ...] = ()
 
     def figures_with(self, status: FigureStatus) -> list[FigureResult]:
         return [r for r in self.figure_results if r.status == status]
@@ -126,10 +134,23 @@ class Comparison:
         return [name for name, m in self.ab_metrics if m["verdict"] == AbVerdict.REGRESSED]
 
     @property
+    def ab_numerics_changed(self) -> bool:
+        """Whether the current run's A/B result says the candidate's numbers changed."""
+        numbers = (self.ab or {}).get("numerics")
+        return numbers is not None and numbers["verdict"] == NumericsVerdict.CHANGED.value
+
+    @property
+    def numerics_changes(self) -> list[ProbeNumerics]:
+        return [probe for probe in self.numerics if probe.changed]
+
+    @property
     def regressed(self) -> bool:
         # An A/B regression counts like a figure's: both say the candidate build is
-        # slower, and `harness compare` exits 1 on either.
-        return bool(self.newly_failing) or bool(self.regressions) or bool(self.ab_regressions)
+        # slower, and `harness compare` exits 1 on either. Changed numbers count too:
+        # a build that computes other numbers is the regression users meet most.
+        return (bool(self.newly_failing) or bool(self.regressions)
+                or bool(self.ab_regressions) or self.ab_numerics_changed
+                or bool(self.numerics_changes))
 
 
 def _outcomes(run: RunRecord) -> dict[str, tuple[Outcome, str | None]]:
@@ -225,4 +246,5 @@ def compare(baseline: Sequence[RunRecord], current: RunRecord,
         current_run_id=current.run_id, hardware=current.hardware, rule=rule,
         figure_results=compare_figures(baseline, current, rule), ab=current.ab,
         bisect=current.bisect, tune=current.tune,
-        drift=measured_drift(current, configs, rule.threshold), **tests)
+        drift=measured_drift(current, configs, rule.threshold),
+        numerics=compare_numerics(baseline, current), **tests)

@@ -12,7 +12,9 @@ from dataclasses import asdict
 from typing import Any
 
 from harness.facts.commit_ids import short_commit
+from harness.numerics.fingerprint import NumericsVerdict
 from harness.results.comparison import Comparison, FigureResult, TestChange
+from harness.results.numerics_comparison import ProbeNumerics
 from harness.results.rules import AbVerdict, FigureStatus
 from harness.results.run_record import Outcome, metric_unit
 
@@ -78,6 +80,9 @@ def comparison_json(c: Comparison) -> dict[str, Any]:
         "ab": c.ab,
         "bisect": c.bisect,
         "tune": c.tune,
+        "numerics": [{"test_id": p.test_id, **p.comparison.as_json()} for p in c.numerics],
+        "numerics_counts": {v.value: sum(p.comparison.verdict is v for p in c.numerics)
+                            for v in NumericsVerdict},
         "drift": [{"card": d.card, "key": asdict(d.key), "label": d.key.label(),
                    "measured": asdict(d.measured), "current": d.current,
                    "change": d.change} for d in c.drift],
@@ -127,6 +132,11 @@ def _headline(c: Comparison) -> str:
                      f"{'s' if len(c.regressions) != 1 else ''}")
     if c.ab_regressions:
         parts.append(f"A/B regression in {', '.join(c.ab_regressions)}")
+    if c.ab_numerics_changed:
+        parts.append("the A/B candidate's numbers changed")
+    if c.numerics_changes:
+        parts.append(f"numbers changed in {len(c.numerics_changes)} numerics probe"
+                     f"{'s' if len(c.numerics_changes) != 1 else ''}")
     return f"## ❌ Regressed: {', '.join(parts)}"
 
 
@@ -219,6 +229,26 @@ def _ab_section(c: Comparison, ab: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _numerics_section(probes: Sequence[ProbeNumerics]) -> list[str]:
+    """Each numerics probe's verdict: the changed ones in a table, the rest counted."""
+    changed = [p for p in probes if p.changed]
+    counts = ", ".join(f"{sum(p.comparison.verdict is v for p in probes)} {v.value}"
+                       for v in NumericsVerdict)
+    title = "### Numerics" + (f": ❌ numbers changed in {len(changed)}" if changed else "")
+    lines = ["", title, "",
+             f"Each probe's greedy tokens and top log-probabilities against the baseline "
+             f"build's: changed past ten times the band between its runs and at least "
+             f"the KL floor. Probes: {counts}."]
+    if changed:
+        lines += ["", "| Probe | Largest KLD | Limit | Why |", "| --- | --- | --- | --- |"]
+        for probe in changed:
+            found = probe.comparison
+            largest = found.change.max_kld if found.change else None
+            lines.append(f"| `{_cell(probe.test_id)}` | {_num(largest)} | "
+                         f"{_num(found.limit)} | {_cell(found.reason)} |")
+    return lines
+
+
 def comparison_markdown(c: Comparison) -> str:
     """A GitHub-flavoured summary, e.g. for ``$GITHUB_STEP_SUMMARY``."""
     anchor, *older = c.baseline_run_ids
@@ -250,6 +280,8 @@ def comparison_markdown(c: Comparison) -> str:
     if missing:
         counts.append(f"{len(missing)} in the baseline but missing now")
     lines += ["", f"Figures: {', '.join(counts)}."]
+    if c.numerics:
+        lines += _numerics_section(c.numerics)
     if c.ab is not None:
         lines += _ab_section(c, c.ab)
     if c.bisect is not None:

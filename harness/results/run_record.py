@@ -224,6 +224,10 @@ class RunRecord:
     #: tune_record.py's record_json: the card, whether it is stale, the winner and every
     #: candidate's figures), or None. Plain JSON, as the schema's ``tune`` describes it.
     tune: dict[str, Any] | None = None
+    #: The numerics suite's fingerprints (harness/numerics/fingerprint.py's as_json: the
+    #: greedy tokens and each position's top log-probabilities), by test id, or None.
+    #: ``harness compare`` holds a run's to its baseline's.
+    numerics: dict[str, dict[str, Any]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         body = asdict(self)
@@ -240,6 +244,8 @@ class RunRecord:
             del body["bisect"]
         if self.tune is None:
             del body["tune"]
+        if self.numerics is None:
+            del body["numerics"]
         # The same for a figure without a prediction; one with a prediction adds its ratio.
         body["figures"] = tuple(_figure_json(f) for f in self.figures)
         body["schema"] = RUN_SCHEMA_VERSION

@@ -81,6 +81,36 @@ def _object(required: Iterable[str], properties: dict[str, Any]) -> dict[str, An
 # gave one, never 0 or below (both medians are positive speeds or times).
 _AB_RATIO = {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": _MAX_FIGURE}
 
+#: harness/numerics/fingerprint.py's NumericsVerdict, copied rather than imported (the
+#: schema stays free of the numerics package); tests/test_run_schema.py holds them equal.
+NUMERICS_VERDICTS = ("unchanged", "changed", "not measured")
+_KLD = {"type": "number", "minimum": 0, "maximum": _MAX_FIGURE}
+_POSITION = {"type": ["integer", "null"], "minimum": 0, "maximum": _MAX_INT32}
+
+#: A fingerprint's generated positions (a numerics probe asks for 48) and the tokens a
+#: row lists (harness/numerics/fingerprint.py RECORD_TOP_N: 16), with room to spare.
+_MAX_FINGERPRINT_TOKENS = 4096
+_MAX_ROW_TOKENS = 1024
+#: Numerics probes in one run: a few dozen in practice.
+_MAX_FINGERPRINTS = 10_000
+_TOKEN_ID = {"type": "integer", "minimum": 0, "maximum": _MAX_INT32}
+#: A row's keys are token ids written as decimal text, as Fingerprint.as_json writes them.
+_TOKEN_ID_TEXT = {"type": "string", "maxLength": 10,
+                  "pattern": "^(0|[1-9][0-9]{0,9})(?![\\s\\S])"}
+#: A log-probability: never above 0; float32's smallest exponent is far above -1e6.
+_LOGPROB = {"type": "number", "minimum": -1e6, "maximum": 0}
+#: The run record's ``numerics``: test id -> fingerprint (Fingerprint.as_json).
+_NUMERICS_SCHEMA = {
+    "type": "object", "maxProperties": _MAX_FINGERPRINTS,
+    "propertyNames": _text(_TEST_ID_CHARS),
+    "additionalProperties": _object(["tokens", "rows"], {
+        "tokens": {"type": "array", "maxItems": _MAX_FINGERPRINT_TOKENS, "items": _TOKEN_ID},
+        "rows": {"type": "array", "maxItems": _MAX_FINGERPRINT_TOKENS, "items": {
+            "type": ["object", "null"], "maxProperties": _MAX_ROW_TOKENS,
+            "propertyNames": _TOKEN_ID_TEXT, "additionalProperties": _LOGPROB}},
+    }),
+}
+
 #: The run record's ``ab`` object, as harness/ab/report.py's record_json writes it.
 _AB_SCHEMA = _object(
     ["baseline", "candidate", "design", "threshold", "metrics", "counter_changes"], {
@@ -105,6 +135,17 @@ _AB_SCHEMA = _object(
                                 "baseline": _text(_TEST_ID_CHARS),
                                 "candidate": _text(_TEST_ID_CHARS),
                             })},
+        # The numbers' verdict (harness/numerics/fingerprint.py NumericsComparison); a
+        # record written before it existed has none.
+        "numerics": _object(
+            ["verdict", "limit", "band_kld", "max_kld", "at", "first_token_difference",
+             "reason"], {
+                "verdict": {"enum": list(NUMERICS_VERDICTS)},
+                "limit": _KLD, "band_kld": _KLD,
+                "max_kld": {**_KLD, "type": ["number", "null"]},
+                "at": _POSITION, "first_token_difference": _POSITION,
+                "reason": _text(_TEXT_CHARS),
+            }),
     })
 
 
@@ -253,6 +294,7 @@ RUN_SCHEMA: dict[str, Any] = {
             "ab": _AB_SCHEMA,
             "bisect": _BISECT_SCHEMA,
             "tune": _TUNE_SCHEMA,
+            "numerics": _NUMERICS_SCHEMA,
         }),
 }
 

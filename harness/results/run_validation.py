@@ -135,6 +135,7 @@ def _build(body: Mapping[str, Any]) -> RunRecord:
         bisect=_bisect(body["bisect"]) if "bisect" in body else None,
         # Plain JSON the schema closed key by key: a deep copy is all it needs.
         tune=json.loads(json.dumps(body["tune"])) if "tune" in body else None,
+        numerics=json.loads(json.dumps(body["numerics"])) if "numerics" in body else None,
     )
 
 

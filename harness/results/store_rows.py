@@ -72,6 +72,7 @@ def run_row(run: RunRecord) -> dict[str, Any]:
         "ab": None if run.ab is None else dumps(run.ab), "checked": True,
         "bisect": None if run.bisect is None else dumps(run.bisect),
         "tune": None if run.tune is None else dumps(run.tune),
+        "numerics": None if run.numerics is None else dumps(run.numerics),
     }
 
 
@@ -191,11 +192,13 @@ def run_json(row: RowMapping, outcomes: Sequence[dict[str, Any]],
     ab = {} if row["ab"] is None else {"ab": json.loads(row["ab"])}
     bisect = {} if row["bisect"] is None else {"bisect": json.loads(row["bisect"])}
     tune = {} if row["tune"] is None else {"tune": json.loads(row["tune"])}
+    numerics = ({} if row["numerics"] is None
+                else {"numerics": json.loads(row["numerics"])})
     return {
         "run_id": row["run_id"], "branch": row["branch"], "commit": row["commit"],
         "started_at": row["started_at"], "finished_at": row["finished_at"],
         "hardware": json.loads(row["hardware"]), "build": json.loads(row["build"]),
         "harness_version": row["harness_version"],
         "outcomes": list(outcomes), "figures": list(figures),
-        "labels": json.loads(row["labels"]), **ab, **bisect, **tune,
+        "labels": json.loads(row["labels"]), **ab, **bisect, **tune, **numerics,
     }

@@ -43,8 +43,8 @@ log = logging.getLogger(__name__)
 #: 1: runs, outcomes, figures. 2: reports. 3: runs.ab. 4: figures.predicted.
 #: 5: runs.checked, listing indexes per branch, hardware and both, and figures by run and
 #: metric. 6: reports.claimed_by and reports.lease_ns (report jobs claimed by replicas).
-#: 7: runs.bisect. 8: runs.tune.
-STORE_SCHEMA_VERSION = 8
+#: 7: runs.bisect. 8: runs.tune. 9: runs.numerics.
+STORE_SCHEMA_VERSION = 9
 
 #: Arbitrary constant naming the advisory lock that serialises schema creation.
 _PG_SCHEMA_LOCK = 0x6C6C616D  # "llam"
@@ -101,6 +101,8 @@ runs = Table(
     Column("bisect", Text, nullable=True),
     # The run's tune of its card (harness tune --record), as JSON text; NULL without one.
     Column("tune", Text, nullable=True),
+    # The run's numerics fingerprints (test id -> fingerprint), as JSON text; NULL without.
+    Column("numerics", Text, nullable=True),
     # True: add_run checked the run against the run.json schema before writing it, so it
     # reads back without being checked again. NULL: written by a harness before store
     # schema 5, whose rows may predate that check (schema 1 took NaN); those are checked
@@ -238,7 +240,12 @@ def _add_tune(conn: Connection) -> None:
     conn.execute(text("ALTER TABLE runs ADD COLUMN tune TEXT"))
 
 
+def _add_numerics(conn: Connection) -> None:
+    """8 -> 9: runs.numerics, NULL for every run already stored (none had fingerprints)."""
+    conn.execute(text("ALTER TABLE runs ADD COLUMN numerics TEXT"))
+
+
 #: Step n brings a store at schema n to n + 1, inside create_schema's transaction.
 _MIGRATIONS = {1: _add_reports, 2: _add_ab, 3: _add_predicted,
                4: _add_checked_and_listing_indexes, 5: _add_report_claims, 6: _add_bisect,
-               7: _add_tune}
+               7: _add_tune, 8: _add_numerics}

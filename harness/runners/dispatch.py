@@ -1,8 +1,9 @@
 """Hands a launch plan to the backend its route names, unchanged.
 
-Ported behaviour (reference 000): the dispatcher forwards the whole plan — catalog
-entry, bundle root, drafter, cache types, overrides — to the chosen backend; nothing is
-rebuilt or dropped on the way, so what reaches the server is what was planned.
+Ported behaviour (reference 000, docs/references.md): the dispatcher forwards the whole
+plan — catalog entry, bundle root, drafter, cache types, overrides — to the chosen
+backend; nothing is rebuilt or dropped on the way, so what reaches the server is what was
+planned.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The launch supervisor: start a plan, and when the start fails, retry it the safe way.
 
-Ported behaviour (references 002 and 003, launch recovery):
+Ported behaviour (references 002 and 003 in docs/references.md, launch recovery):
 
 - a start broken by the drafter (``failed to load draft model``) or by an MTP head that
   cannot run (``failed to create MTP context``) marks that drafter broken for this build
@@ -11,6 +11,14 @@ Ported behaviour (references 002 and 003, launch recovery):
 - a GPU out-of-memory start steps one rung down the offload ladder (``ladder.py``: the
   plan's offload first, then ``next_rung`` after each OOM) and retries, until the ladder
   says nothing safer is left;
+- a start that crashed (killed by a signal) while the launch had a drafter or an MTP
+  head blames the drafter first, as reference 002 does: drafters change format between
+  engine releases, and without them the crash would count against the build;
+- a crash without one, or a build that cannot run on this CPU (SIGILL), is a strike
+  against the build for this model (``strikes.py``, kept in the harness cache); it is not
+  retried, a good start clears the strikes, and after ``QUARANTINE_STRIKES`` in a row the
+  build is not started again with that model: ``QuarantinedError`` says why and how to
+  lift it;
 - anything else is not a failure a retry can fix: ``LaunchFailedError`` is raised; a
   flag the launch sent that the server refused is named a harness bug
   (``verdicts/refused_flag.py``).
@@ -32,6 +40,7 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -47,6 +56,14 @@ from harness.planning.retry import apply_rung, starting_rung, without_drafter
 from harness.runners.base import RunningServer, ServerRunner
 from harness.runners.observe import notify_planned, notify_supervised
 from harness.runners.readiness import wait_until_ready
+from harness.supervise.cannot_run import cannot_run_here
+from harness.supervise.strikes import (
+    STRIKING,
+    QuarantinedError,
+    StrikeBook,
+    cache_book,
+    strike_words,
+)
 from harness.verdicts.failure import (
     FIXES,
     FailureClass,
@@ -143,8 +160,15 @@ class LaunchSupervisor(Generic[S]):
     def __init__(self, runner: ServerRunner[S], build_key: str, broken: BrokenDrafters,
                  model_facts: ModelFacts, *, min_ctx_size: int = DEFAULT_MIN_CTX_SIZE,
                  max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-                 deadline_s: float | None = None) -> None:
+                 deadline_s: float | None = None,
+                 strikes: StrikeBook | None = None,
+                 cmake_flags: Sequence[str] | None = None) -> None:
         self._runner = runner
+        #: Crashed starts per build and model (default: the harness cache's book).
+        self._strikes = strikes or cache_book()
+        #: The build's CMake flags (BuildInfo.cmake_flags), to name the instruction sets a
+        #: build that cannot run here asked for; None: not known.
+        self._cmake_flags = cmake_flags
         self._build_key = build_key
         self._broken = broken
         self._model = model_facts
@@ -174,8 +198,12 @@ class LaunchSupervisor(Generic[S]):
         """Start ``spec`` (with ``offload`` as the ladder's top; None: the spec's own flags).
 
         Returns the ready server and every attempt; raises ``LaunchFailedError`` (with the
-        attempts) when no start served.
+        attempts) when no start served, ``QuarantinedError`` (starting nothing) when the
+        build crashed ``QUARANTINE_STRIKES`` starts in a row with this model.
         """
+        quarantined = self._strikes.quarantine(self._build_key, spec.model)
+        if quarantined is not None:
+            raise QuarantinedError(quarantined)
         notes: list[str] = []
         spec = self._leave_out_known_broken(spec, notes)
         rung = starting_rung(self._model, offload, spec)
@@ -186,10 +214,13 @@ class LaunchSupervisor(Generic[S]):
             server, failure = self._start(spec, wait_s)
             record = _AttemptRecord(len(attempts) + 1, spec, server, failure, rung)
             if failure is None:
+                self._strikes.clear(self._build_key, spec.model)
                 attempts.append(record.done(AttemptOutcome.SERVED))
                 notify_supervised(attempts, notes)
                 return SupervisedLaunch(server, tuple(attempts), tuple(notes))
             step = self._recovery(spec, rung, failure, [a.rung for a in attempts] + [rung])
+            if isinstance(step, str) and failure.kind in STRIKING:
+                step += self._strike(spec, failure, server.log_text())
             if isinstance(step, _Retry) and record.number >= self._max_attempts:
                 step = (f"{record.number} starts failed and the supervisor gives up after "
                         f"{self._max_attempts}")
@@ -202,7 +233,13 @@ class LaunchSupervisor(Generic[S]):
             if isinstance(step, str):
                 attempts.append(record.done(AttemptOutcome.GAVE_UP, step))
                 notify_supervised(attempts, notes)
-                raise LaunchFailedError(failure, tuple(attempts), step)
+                failed = LaunchFailedError(failure, tuple(attempts), step)
+                if failure.kind is FailureClass.CANNOT_RUN_HERE:
+                    # Not the code's regression but the host's: the test skips with it.
+                    raise cannot_run_here(failure, self._cmake_flags,
+                                          server.argv[0] if server.argv else "llama-server",
+                                          ) from failed
+                raise failed
             attempts.append(record.done(AttemptOutcome.RETRIED, step.action))
             spec, rung = step.spec, step.rung
 
@@ -232,9 +269,23 @@ class LaunchSupervisor(Generic[S]):
             return without_drafter(spec)
         return spec
 
+    def _strike(self, spec: LaunchSpec, failure: StartFailure, log_text: str) -> str:
+        """Record ``failure`` against the build for this model; what that means, in words."""
+        strikes = self._strikes.record(self._build_key, spec.model, failure, log_text)
+        return "; " + strike_words(self._build_key, strikes,
+                                   self._strikes.path(self._build_key, spec.model))
+
     def _recovery(self, spec: LaunchSpec, rung: Rung, failure: StartFailure,
                   tried: list[Rung]) -> _Retry | str:
         """The retry for ``failure``, or why there is none."""
+        drafter = _drafter_key(spec)
+        if failure.kind is FailureClass.CRASH and drafter is not None:
+            # The drafter is the one part of the launch it can do without (reference 002).
+            self._broken.mark(self._build_key, drafter)
+            return _Retry(without_drafter(spec), rung,
+                          f"crashed with {_drafter_words(spec)}: blamed it before the build, "
+                          f"marked it broken for build {self._build_key} and retried without "
+                          "speculative decoding")
         if failure.kind in (FailureClass.DRAFTER_LOAD, FailureClass.MTP_CONTEXT):
             key = _drafter_key(spec)
             if key is None:

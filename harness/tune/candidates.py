@@ -15,10 +15,11 @@ the planner changes or cannot send is pruned with the reason; so is one that fit
 than the current plan (fewer layers on the GPU, or weights moved to the host), except
 an offload candidate, whose point is a different split.
 
-Rank: predicted decode tokens/s (planning/decode_speed.py, at the deepest predicted
-depth, the cache read at its type's read cost) times the K/V pair's quality weight
-(reference 004's score). Only the KV type moves that prediction; the other dimensions
-tie on it and keep the order of :data:`DIMENSIONS` — the measurement decides them.
+Rank: predicted decode tokens/s (planning/decode_speed.py, at the deepest predicted depth,
+the cache read at its type's read cost) times the K/V pair's quality weight (reference
+004's score, docs/references.md). Only the KV type moves that prediction; the other
+dimensions tie on it and keep the order of :data:`DIMENSIONS` — the measurement decides
+them.
 """
 
 from __future__ import annotations

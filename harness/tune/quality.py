@@ -3,8 +3,8 @@
 A candidate's rank is its predicted decode speed times its cache types' weight, so a
 smaller cache that reads faster must win by more than the precision it gives up. A type
 the file does not list is never proposed. The read cost scales the cache bytes a decode
-step reads in the prediction (reference 004: q4_0 read through flash attention was
-about 12 times slower per byte on one card family).
+step reads in the prediction (reference 004, docs/references.md: q4_0 read through flash
+attention was about 12 times slower per byte on one card family).
 """
 
 from __future__ import annotations

@@ -12,10 +12,10 @@ printed. The classes are tried in this order, and the first that matches wins:
    same loader as the target, so the same start also prints the generic
    ``llama_model_load_from_file_impl: failed to load model``, and a drafter that does not
    fit the GPU prints the out-of-memory lines too: the drafter is named first because
-   leaving it out is the cheapest retry (reference 002: it is the one part of a launch the
-   launch can do without).
+   leaving it out is the cheapest retry (reference 002, docs/references.md: it is the one
+   part of a launch the launch can do without).
 2. ``mtp-context`` — ``failed to create MTP context`` (``--spec-type draft-mtp`` on a model
-   without an MTP head; DESIGN.md, measured).
+   without an MTP head; docs/design.md, measured).
 3. ``out-of-memory`` — the CUDA/ROCm, ggml-backend, llama-model and Vulkan allocation
    failures. A weights OOM ends in ``failed to load model`` as well, and a CUDA OOM inside
    a kernel aborts the process (``GGML_ABORT``), so this comes before ``model-load`` and
@@ -25,14 +25,22 @@ printed. The classes are tried in this order, and the first that matches wins:
 5. ``readiness-timeout`` — the process was still alive at the deadline: whatever it had
    logged did not end it. (The caller stops it afterwards, and a stopped server exits by
    SIGTERM, which must not read as a crash; this is why it comes before ``crash``.)
-6. ``crash`` — killed by a signal (a negative exit status from ``subprocess``), e.g. the
+6. ``cannot-run-here`` — the build executed an instruction this CPU does not have: the
+   kernel's SIGILL (status -4, or 132 = 128 + 4 where a shell or a container's init
+   reports the signal as a status), or a shell's ``Illegal instruction`` line. A build
+   made for another CPU (``GGML_NATIVE`` on a newer machine, ``GGML_AVX512`` on a host
+   without it) dies so before it prints a line. Not a regression of the code under test
+   but of where it runs, so the plugin skips the test (harness/verdicts/instruction_sets.py
+   names the instruction sets the build asked for against the host's), and it comes
+   before ``crash``, which it would otherwise be.
+7. ``crash`` — killed by a signal (a negative exit status from ``subprocess``), e.g. the
    SIGABRT of a failed ``GGML_ASSERT``. It precedes ``model-load`` because ``--fit``'s
    memory probe logs ``failed to load model`` for files it could not measure, and a
    process that then died by a signal did not stop for that reason.
-7. ``model-load`` — ``failed to load model`` / ``error loading model`` on an error-level
+8. ``model-load`` — ``failed to load model`` / ``error loading model`` on an error-level
    line (``--fit``'s *warning* ``… fitting without it: failed to load model`` does not
    count: the server carries on after it).
-8. ``unknown`` — none of the above.
+9. ``unknown`` — none of the above.
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ class FailureClass(enum.StrEnum):
     OUT_OF_MEMORY = "out-of-memory"
     UNKNOWN_FLAG = "unknown-flag"
     MODEL_LOAD = "model-load"
+    CANNOT_RUN_HERE = "cannot-run-here"
     CRASH = "crash"
     READINESS_TIMEOUT = "readiness-timeout"
     UNKNOWN = "unknown"
@@ -183,6 +192,15 @@ FIXES: dict[FailureClass, str] = {
         "`nvidia-ctk runtime configure --runtime=docker`)"),
 }
 
+# The kernel's out-of-memory killer. Linux lends memory it does not have (overcommit), so
+# a host buffer larger than RAM allocates, its size line is printed (src/llama-kv-cache.cpp
+# "%10s KV buffer size", llama-model.cpp's model and llama-context.cpp's compute buffers),
+# and filling it gets the process SIGKILLed, with nothing more in the log. Measured on an
+# H200 machine (128 GiB of RAM): "CPU KV buffer size = 156222.00 MiB", then SIGKILL 10 s
+# later, where the ladder's --no-kv-offload rung moved a KV cache too big for the GPU.
+_HOST_BUFFER_SIZED = re.compile(r"\b(?:CPU\S*|\w+_Host)\s+(?:KV|model|compute|output) buffer "
+                                r"size =\s*[\d.]+ MiB\s*$")
+
 # ggml/src/ggml.c (ggml_abort) prints "<file>:<line>: <message>" before abort(): the
 # message is "GGML_ASSERT(<cond>) failed" or GGML_ABORT's text; libstdc++ prints
 # "terminate called …" before std::abort.
@@ -204,12 +222,39 @@ def classify_start_failure(exit_code: int | None, log: str, timed_out: bool) -> 
     if timed_out:
         return StartFailure(FailureClass.READINESS_TIMEOUT,
                             _last_line(lines) or "the server logged nothing", exit_code)
+    last = _last_line(lines)
+    if exit_code == -signal.SIGKILL and last is not None and _HOST_BUFFER_SIZED.search(last):
+        return StartFailure(FailureClass.OUT_OF_MEMORY,
+                            f"killed by SIGKILL right after sizing a host buffer: {last} "
+                            "(the kernel's out-of-memory killer)", exit_code)
+    illegal = _illegal_instruction(lines, exit_code)
+    if illegal is not None:
+        return StartFailure(FailureClass.CANNOT_RUN_HERE, illegal, exit_code)
     if exit_code is not None and exit_code < 0:
         return StartFailure(FailureClass.CRASH, _crash_evidence(lines, -exit_code), exit_code)
     line = _MODEL_LOAD.first_match(lines)
     if line is not None:
         return StartFailure(FailureClass.MODEL_LOAD, line, exit_code)
     return StartFailure(FailureClass.UNKNOWN, _unknown_evidence(lines, exit_code), exit_code)
+
+
+#: A shell's (and the kernel's core-dump note's) words for SIGILL.
+_ILLEGAL_WORDS = re.compile(r"\bIllegal instruction\b")
+#: The status a shell or a container's init gives a child killed by SIGILL.
+_SIGILL_STATUS = 128 + signal.SIGILL
+
+
+def _illegal_instruction(lines: Sequence[_Line], exit_code: int | None) -> str | None:
+    """The evidence that the process died of an instruction this CPU lacks, or None."""
+    for line in lines:
+        if _ILLEGAL_WORDS.search(line.text):
+            return line.text
+    if exit_code == -signal.SIGILL:
+        return f"killed by SIGILL (signal {int(signal.SIGILL)}): an illegal instruction"
+    if exit_code == _SIGILL_STATUS:
+        return (f"exit status {_SIGILL_STATUS} (128 + SIGILL): an illegal instruction, as a "
+                "shell or a container's init reports it")
+    return None
 
 
 def _parse(log: str) -> list[_Line]:

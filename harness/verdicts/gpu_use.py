@@ -1,10 +1,10 @@
 """Did each model of a launch land on the GPU backend the build was made for? (pure)
 
-A CUDA, ROCm or Vulkan build that cannot use its GPU still starts, serves and answers —
-on the CPU, at a fraction of the speed (reference 002). ``gpu_verdict`` reads the startup
-log and decides, separately for the target model and for the drafter (a draft model or an
-MTP draft context; the blocks are cut by ``log_blocks.split_blocks``), which of
-``GpuState`` holds, and names the log line that decided it.
+A CUDA, ROCm or Vulkan build that cannot use its GPU still starts, serves and answers — on
+the CPU, at a fraction of the speed (reference 002, docs/references.md). ``gpu_verdict``
+reads the startup log and decides, separately for the target model and for the drafter (a
+draft model or an MTP draft context; the blocks are cut by ``log_blocks.split_blocks``),
+which of ``GpuState`` holds, and names the log line that decided it.
 
 Evidence, strongest first:
 
@@ -21,7 +21,7 @@ Evidence, strongest first:
    devices found.`` (ggml/src/ggml-vulkan/ggml-vulkan.cpp ``ggml_vk_instance_init``; it
    skips CPU-type devices such as llvmpipe) → ``no-devices``; ``warning: no usable GPU
    found, --gpu-layers option will be ignored`` (common/arg.cpp, the ``-ngl`` handler; it is
-   all a Vulkan build prints when ``VK_ICD_FILENAMES`` names no driver, DESIGN.md) →
+   all a Vulkan build prints when ``VK_ICD_FILENAMES`` names no driver, docs/design.md) →
    ``no-usable-gpu``.
 3. ``using device <Backend>N (…)`` (src/llama.cpp ``llama_prepare_model_devices``) without
    GPU buffers → ``not-offloaded``: the device was there, the weights stayed on the CPU.
@@ -80,7 +80,7 @@ class GpuState(enum.StrEnum):
 class SoftwareDevice(enum.StrEnum):
     """Device implementations that run on the CPU, matched in a device's description.
 
-    Mesa's llvmpipe (DESIGN.md: ``using device Vulkan0 (llvmpipe (LLVM 19.1.7, 256 bits))``)
+    Mesa's llvmpipe (docs/design.md: ``using device Vulkan0 (llvmpipe (LLVM 19.1.7, 256 bits))``)
     and lavapipe, and Google's SwiftShader.
     """
 
@@ -371,7 +371,7 @@ def gpu_verdict(log: str, expected_backend: str | None, *,
 
     ``expected_backend`` None (or ``cpu``) means no GPU is expected: every block is
     ``no-gpu-expected`` and the verdict passes. ``allow_software_device`` lets a CI run on
-    llvmpipe pass (DESIGN.md: ``GGML_VK_VISIBLE_DEVICES=0`` selects it on purpose).
+    llvmpipe pass (docs/design.md: ``GGML_VK_VISIBLE_DEVICES=0`` selects it on purpose).
     """
     expected = parse_expected_backend(expected_backend)
     report = parse_launch_log(log)

@@ -22,8 +22,10 @@ import pytest
 
 from harness.builds.container_build import image_id
 from harness.builds.under_test import BuildUnderTest
+from harness.errors import HarnessError
 from harness.perf.keys import figures
 from harness.plugin.recording import story
+from harness.plugin.recording.fingerprints import fingerprint_of_properties
 from harness.plugin.recording.outcomes import OutcomeTally
 from harness.plugin.recording.recorder import MeasureSettings, ServerRecorder, TestCapture
 from harness.plugin.recording.run_file import (
@@ -66,6 +68,8 @@ class RecordingPlugin:
         self.worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         self.recorder = ServerRecorder(MeasureSettings(enabled=self.run_json is not None))
         self.tally = OutcomeTally()
+        #: Test id -> its numerics fingerprint (JSON), from the reports' user properties.
+        self.fingerprints: dict[str, dict[str, Any]] = {}
         self.started_at = now_iso()
         self._hardware: Hardware | None = None
         add_observer(self.recorder)
@@ -75,7 +79,12 @@ class RecordingPlugin:
     @property
     def hardware(self) -> Hardware:
         if self._hardware is None:
-            devices = self.session.devices() if self.session.resolved_build else ()
+            try:
+                devices = self.session.devices() if self.session.resolved_build else ()
+            except HarnessError:
+                # A build that cannot list its devices (one that cannot run on this CPU)
+                # still has its results labelled, with the host's hardware alone.
+                devices = ()
             self._hardware = detect_hardware(devices)
         return self._hardware
 
@@ -170,6 +179,9 @@ class RecordingPlugin:
                 message = str(getattr(longrepr, "reprcrash", None) or longrepr)[:2000]
         self.tally.add(report.nodeid, report.when or "call", report.outcome, report.duration,
                        message=message, wasxfail=hasattr(report, "wasxfail"))
+        fingerprint = fingerprint_of_properties(report.user_properties)
+        if fingerprint is not None:
+            self.fingerprints[report.nodeid] = fingerprint
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -209,7 +221,8 @@ class RecordingPlugin:
                                 outcomes=self.tally.outcomes(),
                                 figures=read_figures(figures_dir(self.run_json)),
                                 labels=source_labels(build.info if build is not None
-                                                     else None))
+                                                     else None),
+                                numerics=self.fingerprints)
             write_run(self.run_json, record)
 
     def _names_a_build(self) -> bool:

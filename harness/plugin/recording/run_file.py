@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from harness.facts.build import BuildInfo
 from harness.facts.release import Release
@@ -141,9 +142,10 @@ def environment_properties(hardware: Hardware, build: BuildRef | None, image: st
 
 def run_record(*, run_id: str, started_at: str, hardware: Hardware, build: BuildRef,
                outcomes: Iterable[TestOutcome], figures: Iterable[Figure],
-               labels: Mapping[str, str] | None = None) -> RunRecord:
+               labels: Mapping[str, str] | None = None,
+               numerics: Mapping[str, dict[str, Any]] | None = None) -> RunRecord:
     return RunRecord(run_id=run_id, branch=current_branch(), commit=current_commit(),
                      started_at=started_at, finished_at=now_iso(), hardware=hardware,
                      build=build, harness_version=harness_version(),
                      outcomes=tuple(outcomes), figures=tuple(figures),
-                     labels=dict(labels or {}))
+                     labels=dict(labels or {}), numerics=dict(numerics) if numerics else None)
