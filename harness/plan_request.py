@@ -25,6 +25,7 @@ from harness.facts.build import Capabilities
 from harness.facts.catalog import Bundle
 from harness.facts.gpu import ForkKvType, GpuConfig, GpuInfo
 from harness.planning.launch_plan import PlanRequest
+from harness.planning.rocm_env import RocmLaunchEnv
 from harness.probes.gguf_facts import read_model_facts
 from harness.probes.gpu_configs import load_fork_kv_types, load_gpu_configs
 
@@ -52,12 +53,14 @@ def read_plan_request(*, build: BuildUnderTest | None, bundle: Bundle | None = N
                       configs: Path | None = None,
                       per_call: Mapping[str, object] | None = None,
                       environ: Mapping[str, str] | None = None,
-                      cards: CardFacts | None = None) -> PlanRequest:
+                      cards: CardFacts | None = None,
+                      launch_env: RocmLaunchEnv | None = None) -> PlanRequest:
     """The request for a launch of ``bundle`` (read with ``harness.probes.bundles``) or
     the bare ``model`` on ``build`` (None: no build known, capabilities unknown, planned
     as the pin). ``configs``: the card folder (None: the packaged one); ``environ``:
     default the process's; ``cards``: the folder's cards and the forks' KV types, already
-    read by ``read_cards`` (a caller that plans many launches reads them once)."""
+    read by ``read_cards`` (a caller that plans many launches reads them once);
+    ``launch_env``: a ROCm build's, from ``harness.builds.devices_seen.plan_launch_env``."""
     if (bundle is None) == (model is None):
         raise ValueError("plan a bundle or a model, not both or neither")
     model_path = bundle.text_model if bundle is not None else model
@@ -78,4 +81,5 @@ def read_plan_request(*, build: BuildUnderTest | None, bundle: Bundle | None = N
         per_call=dict(per_call or {}),
         environ=planner_environ(os.environ if environ is None else environ),
         fork_kv_types=cards.fork_kv_types,
+        launch_env=launch_env,
     )

@@ -12,6 +12,8 @@ runtime, or a ROCm container without ``/dev/kfd``, does to a real job:
 - the CUDA image given only the toolkit's driver stub starts on the CPU, and the verdict
   is ``init-failed`` in ggml's own words;
 - the ROCm image without ``/dev/kfd`` starts on the CPU: ``init-failed`` too;
+- the ROCm image's launch environment: its own probe lists no card here, and launched as
+  on an MI300X host (no code for gfx942) the card is hidden and the verdict says so;
 - a run demanding CUDA against the CUDA image fails at session start.
 
 Their logs are in the corpus (tests/data/logs/{cuda,rocm}/captured-*.log).
@@ -33,7 +35,10 @@ from harness.planning.build_plan import BuildRequest
 from harness.planning.container_plan import CUDA_DRIVER_STUB_DIR
 from harness.planning.drafter import BrokenDrafters
 from harness.planning.launch import LaunchSpec
+from harness.planning.rocm_env import parse_rocm_devices, plan_rocm_env
+from harness.probes.docker_engine import docker_engine
 from harness.probes.gguf_facts import read_model_facts
+from harness.probes.rocm_launch import image_rocm_env
 from harness.runners.container_runner import ContainerRunner
 from harness.supervise.supervisor import LaunchFailedError, LaunchSupervisor
 from harness.verdicts.failure import FailureClass
@@ -106,6 +111,36 @@ def test_the_rocm_image_without_kfd_is_init_failed(
     (block,) = verdict.blocks
     assert block.state is GpuState.INIT_FAILED, verdict.reason
     assert "ggml_cuda_init: failed to initialize ROCm" in verdict.reason
+
+
+#: ggml-cuda's init line for the one card of a host with an MI300X (its format string, as
+#: tests/data/logs/rocm/used.log shows it): a card the reduced image has no code for.
+MI300X_HOST = ("ggml_cuda_init: found 1 ROCm devices:\n  Device 0: AMD Instinct MI300X, "
+               "gfx942:sramecc+:xnack- (0x942), VMM: no, Wave Size: 64\n")
+
+
+def test_the_rocm_image_is_probed_and_launched_with_its_launch_environment(
+        rocm_image: BuildInfo, fixture_set: modelgen.FixtureSet, tmp_path: Path) -> None:
+    assert rocm_image.image is not None
+    client = docker_engine()
+    try:
+        probed = image_rocm_env(client, rocm_image.image, NO_GPU_ACCESS, rocm_image, {})
+    finally:
+        client.close()
+    # The image's own probe: no card reaches this container, so nothing is hidden.
+    assert probed.visible == ()
+    assert dict(probed.environment) == {}, probed.describe()
+    assert probed.targets == ("gfx1100",)
+    # On an MI300X host the image (code for gfx1100 only) is launched with the card hidden,
+    # serves on the CPU, and the verdict says so instead of blaming the build.
+    planned = plan_rocm_env(probed.targets, parse_rocm_devices(MI300X_HOST), inherited={})
+    assert dict(planned.environment) == {"ROCR_VISIBLE_DEVICES": "-1"}
+    log = _serve_log(_runner(rocm_image, tmp_path, env=dict(planned.environment)),
+                     fixture_set.model("dense"))
+    verdict = gpu_verdict(log, "rocm", launch_env=planned)
+    (block,) = verdict.blocks
+    assert block.state is GpuState.HIDDEN, verdict.reason
+    assert "gfx942" in verdict.reason
 
 
 def test_a_run_requiring_cuda_on_the_cuda_image_fails_at_session_start(

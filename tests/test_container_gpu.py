@@ -59,7 +59,7 @@ def test_vulkan_passes_dri_and_nvidia_graphics(vendor: Vendor | None,
 
 @pytest.mark.parametrize(("backend", "variables"), [
     (Backend.CUDA, {"CUDA_VISIBLE_DEVICES"}),
-    (Backend.ROCM, {"HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"}),
+    (Backend.ROCM, {"HIP_VISIBLE_DEVICES"}),
     (Backend.VULKAN, {"GGML_VK_VISIBLE_DEVICES"}),
 ])
 @pytest.mark.parametrize(("main_gpu", "visible"), [(0, "0"), (2, "0,1,2")])
@@ -116,7 +116,7 @@ def test_rocm_check_resolves_devices_and_host_group_ids(tmp_path: Path) -> None:
     assert args.devices == (f"{tmp_path / 'kfd'}:{tmp_path / 'kfd'}:rwm",
                             f"{tmp_path / 'dri'}:{tmp_path / 'dri'}:rwm")
     assert args.group_ids == (44, 105)
-    assert dict(args.environment) == {"HIP_VISIBLE_DEVICES": "0", "ROCR_VISIBLE_DEVICES": "0"}
+    assert dict(args.environment) == {"HIP_VISIBLE_DEVICES": "0"}
 
 
 def test_a_group_the_host_lacks_is_left_out(tmp_path: Path) -> None:

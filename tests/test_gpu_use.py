@@ -15,8 +15,8 @@ import pytest
 
 from harness.facts.build import Backend
 from harness.verdicts.block_report import BufferSize
+from harness.verdicts.gpu_signals import GpuBackend
 from harness.verdicts.gpu_use import (
-    GpuBackend,
     GpuState,
     SoftwareDevice,
     gpu_backend_of,

@@ -15,8 +15,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from harness.builds.devices_seen import plan_launch_env
 from harness.builds.resolve import pinned_cpu_build
 from harness.builds.under_test import BuildUnderTest, from_result, resolve_named_build
+from harness.facts.build import Backend
 from harness.facts.gpu import GpuInfo
 from harness.paths import cache_root
 from harness.plan_request import read_plan_request
@@ -98,7 +100,10 @@ def plan_request(bundle_dir: Path | None, model: Path | None, *, gpu_name: str |
         model=None if bundle_dir else model,
         gpu=GpuInfo(gpu_name, vram_mib) if gpu_name and vram_mib is not None else None,
         configs=configs,
-        per_call={k: v for k, v in overrides.items() if k in _SETTING_OPTIONS and v is not None})
+        per_call={k: v for k, v in overrides.items() if k in _SETTING_OPTIONS and v is not None},
+        # A ROCm build's cards without its code hidden, as the suites launch it.
+        launch_env=plan_launch_env(build, build.info.image if build.info else None)
+        if build is not None and build.backend is Backend.ROCM else None)
 
 
 def _print(plan: LaunchPlan, binary: str, build: BuildUnderTest | None,
@@ -134,4 +139,6 @@ def _print(plan: LaunchPlan, binary: str, build: BuildUnderTest | None,
         console.print(f"[bold yellow]warning[/] {warning.code}: {warning.message}",
                       highlight=False)
     console.print("[bold]argv[/]")
-    console.print(" ".join(plan.to_argv(binary, "127.0.0.1", 0)), highlight=False, markup=False)
+    assigned = [f"{name}={value}" for name, value in sorted(plan.environment.items())]
+    console.print(" ".join([*assigned, *plan.to_argv(binary, "127.0.0.1", 0)]), highlight=False,
+                  markup=False)

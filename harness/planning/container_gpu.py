@@ -45,9 +45,10 @@ GPU_GROUPS: tuple[str, ...] = ("video", "render")
 #: Device-visibility variables per backend, as each runtime documents them.
 VISIBILITY_VARIABLES: Mapping[Backend, tuple[str, ...]] = MappingProxyType({
     Backend.CUDA: ("CUDA_VISIBLE_DEVICES",),
-    # ROCR filters at the runtime level, HIP over what ROCR left; the same list keeps
-    # the numbering the host has.
-    Backend.ROCM: ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"),
+    # HIP's selector, over the devices ROCr left: ROCR_VISIBLE_DEVICES is the ROCm
+    # launch environment's, which hides the cards the build has no code for
+    # (harness.planning.rocm_env), so the main GPU is counted among the cards it kept.
+    Backend.ROCM: ("HIP_VISIBLE_DEVICES",),
     # ggml-vulkan's own selector (ggml-vulkan.cpp); note that naming a device also lets
     # it use a CPU-type device such as llvmpipe, which it skips by default.
     Backend.VULKAN: ("GGML_VK_VISIBLE_DEVICES",),

@@ -50,6 +50,7 @@ from harness.planning.kv import (
 from harness.planning.launch import LaunchSpec, field_of_flag
 from harness.planning.offload import OVERRIDE_FLAGS, OffloadKind, OffloadPlan, plan_offload
 from harness.planning.release_rules import NOT_MODELLED, NotModelled, release_lacks
+from harness.planning.rocm_env import RocmLaunchEnv
 from harness.planning.routing import OVERRIDE_VARIABLE, RouteDecision, decide_backend
 from harness.planning.tuned_layer import model_class
 
@@ -89,6 +90,9 @@ class PlanRequest:
     release: int | None = None
     #: Offload kinds the plan is asked not to use (``harness tune``'s offload candidates).
     avoid_offload: frozenset[OffloadKind] = frozenset()
+    #: A ROCm build's launch environment (``harness.probes.rocm_launch``): the devices it
+    #: has no code for hidden, its kernel packs routed. None for other builds.
+    launch_env: RocmLaunchEnv | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,9 @@ class LaunchPlan:
     #: Features the launch sends that the build lacks, with no substitute: the plan is
     #: not sent (``ensure_sendable``). Empty for every plan a build can start.
     unsupported: tuple[str, ...] = ()
+    #: Variables the server is launched (and its devices probed) with, beyond the
+    #: runner's own: a ROCm build's launch environment.
+    environment: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def not_supported(self) -> tuple[str, ...]:
@@ -142,6 +149,7 @@ class LaunchPlan:
             "reasons": list(self.reasons),
             "warnings": [vars(w) for w in self.warnings],
             "unsupported": list(self.unsupported),
+            "environment": dict(self.environment),
             "argv": self.to_argv(binary, "127.0.0.1", 0),
         }
 
@@ -156,6 +164,8 @@ def plan_launch(request: PlanRequest) -> LaunchPlan:
     settings, origins = _layer_over_catalog(catalog, tune)
     warnings: list[PlanWarning] = []
     reasons: list[str] = [route.detail, *tune.reasons]
+    if request.launch_env is not None:
+        reasons.append(f"ROCm launch environment: {request.launch_env.describe()}")
 
     choice = fit_cache_types(settings.cache_type_k or "f16", settings.cache_type_v or "f16",
                              request.capabilities)
@@ -209,6 +219,8 @@ def plan_launch(request: PlanRequest) -> LaunchPlan:
         origins=MappingProxyType(dict(sorted(origins.items()))),
         reasons=tuple(r for r in reasons if r), warnings=tuple(warnings),
         unsupported=unsupported,
+        environment=request.launch_env.environment if request.launch_env else
+        MappingProxyType({}),
     )
 
 

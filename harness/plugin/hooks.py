@@ -276,7 +276,11 @@ def server_runner(request: pytest.FixtureRequest, pytestconfig: pytest.Config,
         # spinning, two workers on 2 cores ran the suites slower than one).
         shared = {"OMP_WAIT_POLICY": "PASSIVE"}
         threads = max(1, (os.cpu_count() or 1) // workers)
-    options = HarnessSession.of(pytestconfig).options
+    session = HarnessSession.of(pytestconfig)
+    options = session.options
+    # A ROCm build's launch environment (rocm_env.py): the cards it has no code for hidden.
+    planned_env = session.launch_env()
+    shared = {**(shared or {}), **(planned_env.environment if planned_env else {})} or None
     if options.threads is not None:
         threads = options.threads
     log_dir = tmp_path_factory.mktemp("server-logs")
@@ -341,7 +345,7 @@ def plan_for(fixture_set: modelgen.FixtureSet, bundle_dir: BundleDir,
     """``plan_for(bundle=NAME | model=NAME, **PlanRequest fields)``: a plan for the build
     (a bundle NAME may be a user's, ``user:<folder>``); ``gpu`` defaults to
     ``--harness-planner-gpu`` (none unless given)."""
-    default_gpu = HarnessSession.of(pytestconfig).options.planner_gpu
+    session = HarnessSession.of(pytestconfig)
     cards = read_cards()  # once a session: every plan reads the same packaged cards
 
     def plan(*, bundle: str | None = None, model: str | None = None,
@@ -353,8 +357,8 @@ def plan_for(fixture_set: modelgen.FixtureSet, bundle_dir: BundleDir,
             assert model is not None, "plan_for needs bundle= or model="
             request = read_plan_request(build=harness_build, cards=cards,
                                         model=fixture_set.model(model))
-        if default_gpu is not None and "gpu" not in changes:
-            changes["gpu"] = default_gpu
+        defaults = {"gpu": session.options.planner_gpu, "launch_env": session.launch_env()}
+        changes = {**{k: v for k, v in defaults.items() if v is not None}, **changes}
         made = plan_launch(dataclasses.replace(request, **changes))  # type: ignore[arg-type]
         notify_planned(made)
         return made

@@ -22,7 +22,7 @@ from typing import TypeVar
 import pytest
 
 from harness import modelgen
-from harness.builds.container_build import image_backend
+from harness.builds.devices_seen import devices_seen, plan_launch_env
 from harness.builds.resolve import ensure_build
 from harness.builds.under_test import BuildUnderTest, from_result, resolve_named_build, run_image
 from harness.errors import ConfigError, HarnessError
@@ -31,11 +31,10 @@ from harness.facts.catalog import Bundle
 from harness.facts.gpu import GpuInfo
 from harness.paths import cache_root
 from harness.planning.build_plan import BuildRequest
-from harness.planning.container_gpu import plan_gpu_access
+from harness.planning.rocm_env import RocmLaunchEnv
 from harness.probes.bundle_folder import load_bundle_folder
-from harness.probes.devices import Device, list_devices, list_devices_in_image
-from harness.probes.docker_engine import docker_engine, engine_unavailable
-from harness.probes.gpu_access import check_gpu_access
+from harness.probes.devices import Device
+from harness.probes.docker_engine import engine_unavailable
 from harness.repro.properties import parse_gpu_spec
 from harness.runners.launching import DEFAULT_READY_TIMEOUT_S
 
@@ -264,6 +263,7 @@ class HarnessSession:
     options: HarnessOptions
     _build: BuildUnderTest | None = field(default=None, init=False)
     _devices: tuple[Device, ...] | None = field(default=None, init=False)
+    _launch_env: tuple[RocmLaunchEnv | None] | None = field(default=None, init=False)
     _docker_checked: bool = field(default=False, init=False)
     _docker_missing: str | None = field(default=None, init=False)
     _user_bundles: Mapping[str, Bundle] | None = field(default=None, init=False)
@@ -337,9 +337,19 @@ class HarnessSession:
         """
         if self._devices is None:
             image = self.run_image()
-            self._devices = (_devices_in_image(image) if image is not None
-                             else list_devices(self.build().binary))
+            planned = self.launch_env()
+            extra = dict(planned.environment) if planned is not None else {}
+            self._devices = devices_seen(self.build(), image, extra)
         return self._devices
+
+    def launch_env(self) -> RocmLaunchEnv | None:
+        """A ROCm build's launch environment (``harness.planning.rocm_env``), planned once
+        from its own device probe and applied to every launch and to ``devices``; None
+        for other builds and for an external server, which is not launched here."""
+        if self._launch_env is None:
+            self._launch_env = (None if self.options.external_server else
+                                plan_launch_env(self.build(), self.run_image()),)
+        return self._launch_env[0]
 
     # -- the bundles the suites run over ----------------------------------------------
 
@@ -365,14 +375,3 @@ class HarnessSession:
             self._docker_missing = engine_unavailable()
             self._docker_checked = True
         return self._docker_missing
-
-
-def _devices_in_image(image: str) -> tuple[Device, ...]:
-    client = docker_engine()
-    try:
-        access = plan_gpu_access(image_backend(client, image), main_gpu=0)
-        runtimes = (client.info().get("Runtimes") or {}) if access is not None else {}
-        gpu = check_gpu_access(access, runtimes) if access is not None else None
-        return list_devices_in_image(client, image, gpu)
-    finally:
-        client.close()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import re
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,34 +102,43 @@ class DeviceListing:
         return parse_device_list(self.stdout)
 
 
-def run_list_devices(binary: Path) -> DeviceListing:
-    """Run ``binary --list-devices``; BuildError only when it cannot run at all."""
+def run_list_devices(binary: Path, env: Mapping[str, str] | None = None) -> DeviceListing:
+    """Run ``binary --list-devices`` (``env``: its whole environment, None: this
+    process's); BuildError only when it cannot run at all."""
     try:
         proc = subprocess.run([str(binary), "--list-devices"], capture_output=True, text=True,
-                              timeout=LIST_DEVICES_LIMIT_S, check=False, errors="replace")
+                              timeout=LIST_DEVICES_LIMIT_S, check=False, errors="replace",
+                              env=None if env is None else dict(env))
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise BuildError(f"{binary} --list-devices did not run: {exc}") from exc
     return DeviceListing(proc.returncode, proc.stdout, proc.stderr)
 
 
-def list_devices(binary: Path) -> tuple[Device, ...]:
-    listing = run_list_devices(binary)
+def list_devices(binary: Path, env: Mapping[str, str] | None = None) -> tuple[Device, ...]:
+    listing = run_list_devices(binary, env)
     if not listing.listed:
         raise BuildError(f"{binary} --list-devices failed (exit {listing.returncode}): "
                          f"{(listing.stdout + listing.stderr)[-1000:]}")
     return listing.devices()
 
 
-def list_devices_in_image(client: Any, image: str,
-                          gpu: ContainerGpuArgs | None) -> tuple[Device, ...]:
+def list_devices_in_image(client: Any, image: str, gpu: ContainerGpuArgs | None,
+                          extra_env: Mapping[str, str] | None = None) -> tuple[Device, ...]:
     """``--list-devices`` of the server inside ``image``, given the GPU access its runs get.
 
     A container build's binary exists only in its image, so the host cannot run it; the
-    same device requests, device nodes and groups as the container runner's mean the
-    listing sees what the suites' servers will see.
+    same device requests, device nodes, groups and launch environment (``extra_env``) as
+    the container runner's mean the listing sees what the suites' servers will see.
     """
+    return parse_device_list(list_devices_output_in_image(client, image, gpu, extra_env))
+
+
+def list_devices_output_in_image(client: Any, image: str, gpu: ContainerGpuArgs | None,
+                                 extra_env: Mapping[str, str] | None = None) -> str:
+    """Everything ``--list-devices`` printed in a container of ``image`` (the device list
+    and the backends' init lines); BuildError when it printed no device list."""
     kwargs = gpu.to_create_kwargs() if gpu is not None else {}
-    environment = dict(gpu.environment) if gpu is not None else {}
+    environment = {**(gpu.environment if gpu is not None else {}), **(extra_env or {})}
     try:
         # Not containers.run without detach: it follows the log and waits with no end.
         container = client.containers.create(image, ["--list-devices"], network_mode="host",
@@ -151,7 +161,7 @@ def list_devices_in_image(client: Any, image: str,
     text = output.decode("utf-8", "replace") if isinstance(output, bytes) else str(output)
     if "Available devices:" not in text:
         raise BuildError(f"{image} --list-devices printed no device list: {text[-1000:]}")
-    return parse_device_list(text)
+    return text
 
 
 def _in_container_failed(image: str, exc: Exception) -> str:

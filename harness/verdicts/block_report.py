@@ -98,7 +98,7 @@ class AllocFailure:
 #: ``MTL0_Mapped``); load_tensors makes one only on the mmap path.
 _MAPPED_SUFFIX = "_Mapped"
 #: A device of a GPU backend, or a buffer on one: the backend's name and an index (the names
-#: ``harness.verdicts.gpu_use.GpuBackend`` lists; host buffers such as ``CUDA_Host`` and
+#: ``harness.verdicts.gpu_signals.GpuBackend`` lists; host buffers such as ``CUDA_Host`` and
 #: ``CPU`` do not match). Kept here, not taken from gpu_use, because gpu_use imports this
 #: module; ``placement_checks`` reads ``--main-gpu``'s index from it.
 GPU_DEVICE_NAME = re.compile(r"^(?:CUDA|ROCm|Vulkan|SYCL|MTL)(?P<index>\d+)$")

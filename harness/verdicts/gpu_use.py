@@ -23,6 +23,9 @@ Evidence, strongest first:
    found, --gpu-layers option will be ignored`` (common/arg.cpp, the ``-ngl`` handler; it is
    all a Vulkan build prints when ``VK_ICD_FILENAMES`` names no driver, docs/design.md) →
    ``no-usable-gpu``.
+   A ROCm launch whose environment hid every card on purpose (the build has no code for
+   them, ``harness.planning.rocm_env``) is ``hidden-on-purpose`` instead: not the build
+   failing its GPU.
 3. ``using device <Backend>N (…)`` (src/llama.cpp ``llama_prepare_model_devices``) without
    GPU buffers → ``not-offloaded``: the device was there, the weights stayed on the CPU.
 4. Buffer lines, but no sign of the backend at all → ``not-loaded``.
@@ -39,28 +42,14 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 
+from harness.planning.rocm_env import RocmLaunchEnv
 from harness.verdicts.block_report import BlockReport, BufferSize, DeviceUse
+from harness.verdicts.gpu_signals import GpuBackend, Signals, read_signals
 from harness.verdicts.launch_report import parse_launch_log
 from harness.verdicts.log_blocks import BlockKind, BlockRole, message
-
-
-class GpuBackend(enum.StrEnum):
-    """GPU backends by the prefix ggml gives their devices and buffers (``CUDA0``, ``ROCm0``).
-
-    From the pinned source: GGML_CUDA_NAME (ggml/include/ggml-cuda.h: ``CUDA``, or ``ROCm``
-    under HIP), GGML_VK_NAME (ggml-vulkan.h), GGML_SYCL_NAME (ggml-sycl.h) and
-    GGML_METAL_NAME (ggml-metal.cpp: ``MTL``).
-    """
-
-    CUDA = "CUDA"
-    ROCM = "ROCm"
-    VULKAN = "Vulkan"
-    SYCL = "SYCL"
-    METAL = "MTL"
 
 
 class GpuState(enum.StrEnum):
@@ -74,6 +63,9 @@ class GpuState(enum.StrEnum):
     NOT_OFFLOADED = "not-offloaded"
     SOFTWARE_DEVICE = "software-device"
     NO_USABLE_GPU = "no-usable-gpu"
+    #: The launch hid every device of the backend on purpose: a ROCm build with no code
+    #: for this host's cards (harness.planning.rocm_env). Not the build failing its GPU.
+    HIDDEN = "hidden-on-purpose"
     UNDECIDABLE = "undecidable"
 
 
@@ -155,54 +147,7 @@ def parse_expected_backend(value: str | None) -> GpuBackend | None:
     return _BACKEND_WORDS[word]
 
 
-# --- process-wide signals ------------------------------------------------------------------
-
-_INIT_FAILED = re.compile(
-    r"ggml_cuda_init: failed to initialize (?P<backend>CUDA|ROCm|MUSA): (?P<error>.*?)\s*$")
-_VK_NO_DEVICES = re.compile(r"ggml_vulkan: No devices found")
-_NO_USABLE_GPU = re.compile(
-    r"warning: no usable GPU found, --gpu-layers(?P<draft>-draft)? option will be ignored")
-_BACKEND_NAMES = frozenset(b.value for b in GpuBackend)
-#: src/llama.cpp ``llama_print_system_info``: ``<backend> : <feature> = <value> | …`` per
-#: registered backend that has features, logged by common as ``system_info: …``.
-_SYSTEM_INFO = re.compile(r"system_info: (?P<features>.*)$")
-#: Feature entries read ``NAME = value``; only a backend name is followed by `` : ``.
-_FEATURE_SECTION = re.compile(r"\b([A-Za-z]+) : ")
-_FEATURED = frozenset({GpuBackend.CUDA, GpuBackend.ROCM})
 _GPU_NAME = re.compile(r"^(?P<backend>CUDA|ROCm|Vulkan|SYCL|MTL)(?P<index>\d+|_Split)$")
-
-
-@dataclass(frozen=True)
-class _Signals:
-    init_failed: dict[GpuBackend, str]
-    vulkan_no_devices: bool
-    no_usable_gpu: bool
-    no_usable_gpu_draft: bool
-    #: Backends ``system_info`` lists features for (None: no system_info line). CUDA and
-    #: ROCm register features (ggml-cuda.cu ``ggml_backend_get_features``); Vulkan does not.
-    featured_backends: frozenset[str] | None = None
-
-    def lacks(self, backend: GpuBackend) -> bool:
-        """The build's own system_info shows it was built without ``backend``."""
-        return (backend in _FEATURED and self.featured_backends is not None
-                and backend.value not in self.featured_backends)
-
-
-def _signals(texts: Iterable[str]) -> _Signals:
-    init_failed: dict[GpuBackend, str] = {}
-    no_devices = no_gpu = no_gpu_draft = False
-    featured: frozenset[str] | None = None
-    for text in texts:
-        if featured is None and (info := _SYSTEM_INFO.search(text)):
-            featured = frozenset(_FEATURE_SECTION.findall(info["features"]))
-        found = _INIT_FAILED.search(text)
-        if found and found["backend"] in _BACKEND_NAMES:
-            init_failed[GpuBackend(found["backend"])] = found["error"]
-        no_devices = no_devices or _VK_NO_DEVICES.search(text) is not None
-        if found := _NO_USABLE_GPU.search(text):
-            no_gpu_draft = no_gpu_draft or found["draft"] is not None
-            no_gpu = no_gpu or found["draft"] is None
-    return _Signals(init_failed, no_devices, no_gpu, no_gpu_draft, featured)
 
 
 def gpu_backend_of(name: str) -> GpuBackend | None:
@@ -235,8 +180,9 @@ def _reported(block: BlockReport) -> bool:
     return bool(_evidence(block))
 
 
-def _judge(block: BlockReport, expected: GpuBackend, signals: _Signals,
-           fallback_devices: tuple[DeviceUse, ...]) -> BlockGpuUse:
+def _judge(block: BlockReport, expected: GpuBackend, signals: Signals,
+           fallback_devices: tuple[DeviceUse, ...], *,
+           launch_env: RocmLaunchEnv | None = None) -> BlockGpuUse:
     role = block.role.value
     on_gpu = tuple(b for b in _evidence(block)
                    if gpu_backend_of(b.buffer) is expected and b.mib > 0)
@@ -277,7 +223,9 @@ def _judge(block: BlockReport, expected: GpuBackend, signals: _Signals,
                            f"{role} on {device} ({description}), a {soft.value} software "
                            f"device that runs on the CPU ({where})")
         named = description or "no 'using device' line"
-        return verdict(GpuState.USED, f"{role} on {device} ({named}): {where}")
+        kept_out = (f"; {launch_env.describe()}" if launch_env is not None and launch_env.hidden
+                    else "")
+        return verdict(GpuState.USED, f"{role} on {device} ({named}): {where}{kept_out}")
     # From here on no weights of the block are on the expected GPU. A log that still
     # counts layers offloaded contradicts its own buffers, whatever the reason below
     # (init failed, no devices, not offloaded, …), unless they went to another GPU.
@@ -291,6 +239,10 @@ def _judge(block: BlockReport, expected: GpuBackend, signals: _Signals,
         return verdict(GpuState.NOT_LOADED,
                        f"the {expected.value} backend is not loaded: the build's system_info "
                        f"lists no {expected.value} features (a build without {expected.value})")
+    if launch_env is not None and launch_env.all_hidden:
+        return verdict(GpuState.HIDDEN,
+                       f"every {expected.value} device was hidden from the launch on purpose, "
+                       f"so the {role} ran on the CPU: {launch_env.describe()}")
     if expected in signals.init_failed:
         error = signals.init_failed[expected]
         return verdict(GpuState.INIT_FAILED,
@@ -366,23 +318,27 @@ def failed_reason_pattern(state: GpuState) -> str:
 
 
 def gpu_verdict(log: str, expected_backend: str | None, *,
-                allow_software_device: bool = False) -> GpuVerdict:
+                allow_software_device: bool = False,
+                launch_env: RocmLaunchEnv | None = None) -> GpuVerdict:
     """The GPU use of every block in ``log`` for a build of ``expected_backend``.
 
     ``expected_backend`` None (or ``cpu``) means no GPU is expected: every block is
     ``no-gpu-expected`` and the verdict passes. ``allow_software_device`` lets a CI run on
     llvmpipe pass (docs/design.md: ``GGML_VK_VISIBLE_DEVICES=0`` selects it on purpose).
+    ``launch_env``: a ROCm launch's environment, so that a device it hid on purpose is told
+    from one the build failed to use (``hidden-on-purpose``).
     """
     expected = parse_expected_backend(expected_backend)
     report = parse_launch_log(log)
     texts = [message(line) for line in log.splitlines()]
-    signals = _signals(texts)
+    signals = read_signals(texts)
     target = report.target or BlockReport(BlockRole.TARGET, BlockKind.MODEL, None)
     blocks = [target] + ([report.drafter] if report.drafter else [])
     if expected is None:
         judged = tuple(_cpu_build_block(block) for block in blocks)
     else:
-        judged = tuple(_judge(block, expected, signals, target.devices) for block in blocks)
+        judged = tuple(_judge(block, expected, signals, target.devices, launch_env=launch_env)
+                       for block in blocks)
     warnings = [w for block in judged for w in block.warnings]
     if expected is None and signals.no_usable_gpu:
         warnings.append("-ngl was given to a build with no GPU device ('no usable GPU found')")
