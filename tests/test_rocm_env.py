@@ -9,11 +9,15 @@ launch with the planned environment are in suites/test_gpu_unused_images.py.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from harness import modelgen
+from harness.builds.capabilities import bare_binary_info
+from harness.builds.devices_seen import devices_seen, plan_launch_env
+from harness.builds.under_test import BuildUnderTest
 from harness.facts.build import Backend
 from harness.planning.build_plan import BuildRequest
 from harness.planning.launch_plan import PlanRequest, plan_launch
@@ -153,3 +157,41 @@ def test_a_used_card_beside_a_hidden_one_names_both() -> None:
     verdict = gpu_verdict((LOGS / "used.log").read_text(), "rocm", launch_env=env)
     assert verdict.passed, verdict.reason
     assert "ROCR_VISIBLE_DEVICES=0: hidden on purpose" in verdict.reason
+
+
+def _stand_in_rocm_build(tmp_path: Path) -> Path:
+    """A stand-in for a ROCm llama-server's ``--list-devices`` (the harness's control flow
+    only): the two cards, or only those ``ROCR_VISIBLE_DEVICES`` leaves, renumbered as
+    ROCr does."""
+    script = tmp_path / "llama-server"
+    script.write_text(f"""#!/usr/bin/env python3
+import os, sys
+lines = {TWO_CARDS.splitlines()!r}
+cards = [(lines[1], lines[4]), (lines[2], lines[5])]
+chosen = os.environ.get("ROCR_VISIBLE_DEVICES")
+if chosen is not None:
+    cards = [cards[int(i)] for i in chosen.split(",") if i.isdigit() and int(i) < 2]
+for n, (init, listed) in enumerate(cards):
+    sys.stderr.write(init.replace(init.split(":")[0], f"  Device {{n}}") + "\\n")
+print("Available devices:")
+for n, (init, listed) in enumerate(cards):
+    print(listed.replace(listed.split(":")[0], f"  ROCm{{n}}"))
+""")
+    script.chmod(0o755)
+    return script
+
+
+def test_the_probe_plans_the_environment_and_the_planner_reads_what_it_leaves(
+        tmp_path: Path) -> None:
+    binary = _stand_in_rocm_build(tmp_path)
+    info = dataclasses.replace(bare_binary_info(binary=str(binary), sha256="0" * 64,
+                                                backend=Backend.ROCM, version="",
+                                                help_text=""),
+                               cmake_flags=("-DGGML_HIP=ON", "-DGPU_TARGETS=gfx1100"))
+    build = BuildUnderTest(binary=binary, info=info)
+    env = plan_launch_env(build, None)
+    assert env is not None
+    assert dict(env.environment) == {VISIBILITY_VARIABLE: "1"}
+    seen = devices_seen(build, None, env.environment)
+    assert [(d.name, d.description) for d in seen] == [("ROCm0", "AMD Radeon RX 7900 XTX")]
+    assert len(devices_seen(build, None, {})) == 2

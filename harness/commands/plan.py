@@ -18,6 +18,7 @@ from rich.table import Table
 from harness.builds.devices_seen import plan_launch_env
 from harness.builds.resolve import pinned_cpu_build
 from harness.builds.under_test import BuildUnderTest, from_result, resolve_named_build
+from harness.errors import HarnessError
 from harness.facts.build import Backend
 from harness.facts.gpu import GpuInfo
 from harness.paths import cache_root
@@ -28,6 +29,7 @@ from harness.planning.decode_speed import (
     predict_plan,
 )
 from harness.planning.launch_plan import LaunchPlan, PlanRequest, plan_launch
+from harness.planning.rocm_env import RocmLaunchEnv
 from harness.probes.bundles import load_bundle
 from harness.probes.host_memory import host_memory
 
@@ -101,9 +103,19 @@ def plan_request(bundle_dir: Path | None, model: Path | None, *, gpu_name: str |
         gpu=GpuInfo(gpu_name, vram_mib) if gpu_name and vram_mib is not None else None,
         configs=configs,
         per_call={k: v for k, v in overrides.items() if k in _SETTING_OPTIONS and v is not None},
-        # A ROCm build's cards without its code hidden, as the suites launch it.
-        launch_env=plan_launch_env(build, build.info.image if build.info else None)
-        if build is not None and build.backend is Backend.ROCM else None)
+        launch_env=_launch_env(build))
+
+
+def _launch_env(build: BuildUnderTest | None) -> RocmLaunchEnv | None:
+    """A ROCm build's launch environment, as the suites launch it (the cards it has no
+    code for hidden); where its devices cannot be listed the plan says so instead."""
+    if build is None or build.backend is not Backend.ROCM:
+        return None
+    try:
+        return plan_launch_env(build, build.info.image if build.info else None)
+    except HarnessError as exc:
+        return RocmLaunchEnv(reason=f"not planned: the build's devices could not be listed "
+                                    f"({exc})")
 
 
 def _print(plan: LaunchPlan, binary: str, build: BuildUnderTest | None,
