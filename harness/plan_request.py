@@ -78,6 +78,7 @@ def read_plan_request(*, build: BuildUnderTest | None, bundle: Bundle | None = N
                       else Capabilities()),
         build_key=build.key if build is not None else "",
         release=build.release if build is not None else None,
+        backend=build.backend if build is not None else None,
         per_call=dict(per_call or {}),
         environ=planner_environ(os.environ if environ is None else environ),
         fork_kv_types=cards.fork_kv_types,

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
+from pathlib import Path
 
 import allure
 import pytest
@@ -33,7 +35,7 @@ from harness.planning.kv import AUTO_PARALLEL
 from harness.planning.launch_plan import LaunchPlan
 from harness.planning.release_rules import NOT_MODELLED
 from harness.plugin import LaunchPlanned, PlanFor, RecordUnverified
-from harness.probes.gpu_configs import load_gpu_configs
+from harness.probes.gpu_configs import GPU_CONFIG_DIR, load_gpu_configs
 from harness.verdicts.kv_log import KvLogLine, check_kv_plan
 from harness.verdicts.launch_report import parse_launch_log
 from harness.verdicts.plan_check import compare_launch
@@ -47,7 +49,7 @@ FORWARDED = ("ctx_size", "parallel", "batch_size", "ubatch_size", "cache_type_k"
              "cache_type_v", "flash_attn", "drafter", "spec_type", "n_cpu_moe", "cpu_moe",
              "n_cpu_ffn", "n_gpu_layers", "split_mode", "main_gpu", "kv_offload", "load_mode",
              "ctx_checkpoints", "checkpoint_min_step", "spec_draft_n_min", "spec_draft_n_max",
-             "spec_draft_p_min")
+             "spec_draft_p_min", "spec_draft_sampling")
 
 
 #: (id, fixture, per-call settings, extra PlanRequest fields)
@@ -205,4 +207,37 @@ def test_card_flag_set_scaled_to_the_fixture(card: str, plan_for: PlanFor,
                     explicit_spec_type="none")
     assert plan.tune.label == card
     assert plan.origins["parallel"] == "card"
+    _assert_forwarded(plan, launch, harness_build, unverified_fields)
+
+
+def _cards_with(folder: Path, card: str, spec_by_backend: dict[str, object]) -> Path:
+    """The packaged cards, copied into ``folder`` with ``card`` given ``spec_by_backend``."""
+    shutil.copytree(GPU_CONFIG_DIR, folder, dirs_exist_ok=True)
+    path = folder / f"{card}.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()),
+                                "spec_by_backend": spec_by_backend}, indent=2))
+    return folder
+
+
+def test_a_cards_draft_settings_for_the_builds_backend_reach_the_server(
+        *, plan_for: PlanFor, launch: LaunchPlanned, harness_build: BuildUnderTest,
+        fixture_set: modelgen.FixtureSet, unverified_fields: RecordUnverified,
+        tmp_path: Path) -> None:
+    """A card's ``spec_by_backend`` entry for the build's own backend (``spec.byBackend`` of
+    reference 002, docs/references.md) lies over the card's draft settings: drafting on,
+    sizes of its own."""
+    folder = _cards_with(tmp_path / "cards", "rtx-4090", {harness_build.backend.value: {
+        "spec_type": "draft-simple", "spec_draft_n_min": 2, "spec_draft_n_max": 5,
+        "spec_draft_sampling": "greedy"}})
+    plan = plan_for(model="dense", gpu=GpuInfo(CARD_DEVICE_NAMES["rtx-4090"], 24564),
+                    configs=load_gpu_configs(folder),
+                    explicit_drafter=fixture_set.model("drafter"),
+                    per_call={"ctx_size": 512, "parallel": 1, "cache_type_k": "f16",
+                              "cache_type_v": "f16"})
+    assert plan.spec.spec_type == "draft-simple", plan.reasons
+    assert any("from rtx-4090 for this backend" in r for r in plan.reasons), plan.reasons
+    assert (plan.spec.spec_draft_n_max, plan.origins["spec_draft_n_max"]) == (5,
+                                                                             "card-backend")
+    assert plan.spec.spec_draft_sampling == "greedy"
+    assert "--spec-draft-sampling" in plan.to_argv("llama-server", "127.0.0.1", 0)
     _assert_forwarded(plan, launch, harness_build, unverified_fields)

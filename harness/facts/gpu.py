@@ -59,6 +59,15 @@ class LoadMode(enum.StrEnum):
     DIO = "dio"
 
 
+class DraftSampling(enum.StrEnum):
+    """``--spec-draft-sampling`` (common/arg.cpp of the pinned source): greedy takes the
+    draft's argmax (llama.cpp's default), probabilistic samples it and has the target
+    verify by rejection sampling."""
+
+    GREEDY = "greedy"
+    PROBABILISTIC = "probabilistic"
+
+
 #: KV cache types a stock llama-server accepts for ``-ctk``/``-ctv``: ``kv_cache_types``
 #: in common/arg.cpp of the pinned source.
 STOCK_CACHE_TYPES: tuple[str, ...] = (
@@ -150,7 +159,17 @@ SETTING_FIELDS: tuple[SettingField, ...] = (
     SettingField("spec_draft_n_max", "--spec-draft-n-max", FieldKind.INT, minimum=0),
     SettingField("spec_draft_p_min", "--spec-draft-p-min", FieldKind.FLOAT, minimum=0.0,
                  maximum=1.0),
+    SettingField("spec_draft_sampling", "--spec-draft-sampling", FieldKind.CHOICE,
+                 choices=tuple(m.value for m in DraftSampling)),
 )
+#: Settings a card may leave to the server's default (every other one it must set):
+#: added after the cards were written, and a card that sets one asks every build for
+#: the option (see ``harness.planning.draft_sampling`` for where it is sent).
+OPTIONAL_CARD_SETTINGS: frozenset[str] = frozenset({"spec_draft_sampling"})
+#: The settings a card's ``spec_by_backend`` entries may set (reference 002's
+#: ``spec.byBackend``: draft sizes and sampling; the type is ``spec_type``).
+SPECULATIVE_SETTINGS: tuple[str, ...] = ("spec_draft_n_min", "spec_draft_n_max",
+                                         "spec_draft_p_min", "spec_draft_sampling")
 
 SETTING_NAMES: tuple[str, ...] = tuple(f.name for f in SETTING_FIELDS)
 SETTINGS_BY_NAME: Mapping[str, SettingField] = MappingProxyType(
@@ -160,7 +179,8 @@ SETTINGS_BY_NAME: Mapping[str, SettingField] = MappingProxyType(
 SettingValue = int | float | bool | str
 
 _ENUM_FIELDS: Mapping[str, type[enum.StrEnum]] = MappingProxyType(
-    {"flash_attn": FlashAttn, "split_mode": SplitMode, "load_mode": LoadMode}
+    {"flash_attn": FlashAttn, "split_mode": SplitMode, "load_mode": LoadMode,
+     "spec_draft_sampling": DraftSampling}
 )
 
 
@@ -189,6 +209,7 @@ class ServerSettings:
     spec_draft_n_min: int | None = None
     spec_draft_n_max: int | None = None
     spec_draft_p_min: float | None = None
+    spec_draft_sampling: DraftSampling | None = None
 
     def items(self) -> Iterator[tuple[str, SettingValue]]:
         """The set fields, in ``SETTING_FIELDS`` order."""
@@ -284,6 +305,15 @@ class TunedSettings:
 
 
 @dataclass(frozen=True)
+class BackendSpec:
+    """A card's speculative settings for builds of one backend (``spec_by_backend``): the
+    spec type (``none`` turns drafting off) and the draft settings, over the card's own."""
+
+    spec_type: str | None = None
+    settings: ServerSettings = field(default_factory=ServerSettings)
+
+
+@dataclass(frozen=True)
 class GpuConfig:
     """One ``configs/gpu/<name>.json``, validated."""
 
@@ -310,6 +340,9 @@ class GpuConfig:
     #: ``harness tune --write``'s settings, by (bundle id, class or ``model:ARCH``,
     #: context as text: ``"32768"``, or ``"default"`` for a plan that sets none).
     tuned: Mapping[tuple[str, str], TunedSettings] = field(
+        default_factory=lambda: MappingProxyType({}))
+    #: Speculative settings per build backend, over the card's (reference 002).
+    spec_by_backend: Mapping[Backend, BackendSpec] = field(
         default_factory=lambda: MappingProxyType({}))
     #: Where the config was read from; only for messages.
     source: str = field(default="", compare=False)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from harness.errors import ConfigError
+from harness.facts.build import Backend
 from harness.facts.gpu import (
     SETTING_FIELDS,
     SETTING_NAMES,
@@ -61,6 +62,8 @@ class Origin(enum.StrEnum):
     """The layer that set a field."""
 
     CARD = "card"
+    #: The card's ``spec_by_backend`` entry for the build's backend.
+    CARD_BACKEND = "card-backend"
     BUCKET = "bucket"
     BUNDLE = "bundle"
     TUNED = "tuned"
@@ -130,13 +133,15 @@ def autotune(
     env_overrides: Mapping[str, str],
     *,
     model_class: str | None = None,
+    backend: Backend | None = None,
 ) -> TuneResult:
     """Resolve the llama-server settings for ``gpu`` and ``bundle_id``.
 
     ``per_call`` holds field names (``SETTING_NAMES``) to values, ``None`` meaning
     "no override"; ``env_overrides`` is the environment (other variables are ignored).
     ``model_class``: a bare model's key for the card's ``tuned`` entries
-    (planning/tuned_layer.py), None for a bundle.
+    (planning/tuned_layer.py), None for a bundle. ``backend``: the build's, whose
+    ``spec_by_backend`` entry of the card lies over the card's speculative settings.
     Bad values raise ``ConfigError`` naming the field or variable and what is allowed.
     """
     call = call_overrides(per_call)
@@ -149,6 +154,11 @@ def autotune(
     if config is not None:
         base = Origin.CARD if source is TuneSource.MATCH else Origin.BUCKET
         settings = _layer(settings, config.llama_server_flags, base, origins)
+        by_backend = config.spec_by_backend.get(backend) if backend is not None else None
+        if by_backend is not None and by_backend.settings.as_dict():
+            settings = _layer(settings, by_backend.settings, Origin.CARD_BACKEND, origins)
+            reasons.append(f"{config.name} for {backend} builds sets "
+                           f"{_show(by_backend.settings)}")
         bundle_key = bundle_key_for(config, bundle_id)
         if bundle_key is not None:
             rec = config.bundle_recommendations[bundle_key]

@@ -51,6 +51,9 @@ class DrafterInputs:
     #: Model + KV + drafter bytes on the GPU, and the free VRAM (None: no GPU to fit).
     resident_bytes_with_drafter: int = 0
     free_vram_bytes: int | None = None
+    #: The card's spec type for the build's backend (``spec_by_backend``), and the card.
+    card_spec_type: str | None = None
+    card_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,8 @@ def _spec_type(inputs: DrafterInputs, reasons: list[str]) -> str | None:
     has_head = inputs.model_has_mtp or inputs.drafter_has_mtp
     if inputs.explicit_spec_type:
         chosen, source = inputs.explicit_spec_type, "set explicitly"
+    elif inputs.card_spec_type:
+        chosen, source = inputs.card_spec_type, f"from {inputs.card_name} for this backend"
     elif inputs.catalog_spec_type:
         chosen, source = inputs.catalog_spec_type, "from the catalog entry"
     elif has_head:

@@ -17,6 +17,7 @@ with those words, or fail it under ``--harness-require-features``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from harness.errors import ConfigError, UnsupportedByBuildError
-from harness.facts.build import Capabilities
+from harness.facts.build import Backend, Capabilities
 from harness.facts.catalog import Bundle, CatalogEntry
 from harness.facts.gpu import ForkKvType, GpuConfig, GpuInfo, ServerSettings
 from harness.facts.model_facts import ModelFacts
@@ -36,6 +37,7 @@ from harness.planning.capability import (
     fit_cache_types,
     not_supported_reason,
 )
+from harness.planning.draft_sampling import sampling_left_out
 from harness.planning.drafter import DrafterDecision, DrafterInputs, KvOutcome, decide_drafter
 from harness.planning.fitting import FitInputs, max_context_at
 from harness.planning.kv import (
@@ -90,6 +92,8 @@ class PlanRequest:
     release: int | None = None
     #: Offload kinds the plan is asked not to use (``harness tune``'s offload candidates).
     avoid_offload: frozenset[OffloadKind] = frozenset()
+    #: The build's backend: the card's ``spec_by_backend`` entry for it applies.
+    backend: Backend | None = None
     #: A ROCm build's launch environment (``harness.probes.rocm_launch``): the devices it
     #: has no code for hidden, its kernel packs routed. None for other builds.
     launch_env: RocmLaunchEnv | None = None
@@ -160,7 +164,8 @@ def plan_launch(request: PlanRequest) -> LaunchPlan:
     tune = autotune(request.gpu, request.configs, catalog.id if catalog else None,
                     request.per_call,
                     {k: v for k, v in request.environ.items() if k.startswith(ENV_PREFIX)},
-                    model_class=None if catalog else model_class(request.model.architecture))
+                    model_class=None if catalog else model_class(request.model.architecture),
+                    backend=request.backend)
     settings, origins = _layer_over_catalog(catalog, tune)
     warnings: list[PlanWarning] = []
     reasons: list[str] = [route.detail, *tune.reasons]
@@ -178,6 +183,11 @@ def plan_launch(request: PlanRequest) -> LaunchPlan:
 
     drafter = _decide_drafter(request, catalog, settings, tune.config)
     reasons.extend(drafter.reasons)
+    if left_out := sampling_left_out(settings.spec_draft_sampling, drafter.spec_type,
+                                     request.capabilities):
+        settings = dataclasses.replace(settings, spec_draft_sampling=None)
+        origins.pop("spec_draft_sampling", None)
+        reasons.append(left_out)
     if drafter.slots != (settings.parallel or AUTO_PARALLEL):
         settings = settings.overlaid(ServerSettings(parallel=drafter.slots))
         origins["parallel"] = DRAFTER
@@ -219,8 +229,7 @@ def plan_launch(request: PlanRequest) -> LaunchPlan:
         origins=MappingProxyType(dict(sorted(origins.items()))),
         reasons=tuple(r for r in reasons if r), warnings=tuple(warnings),
         unsupported=unsupported,
-        environment=request.launch_env.environment if request.launch_env else
-        MappingProxyType({}),
+        environment=request.launch_env.environment if request.launch_env else {},
     )
 
 
@@ -256,8 +265,12 @@ def _decide_drafter(request: PlanRequest, catalog: CatalogEntry | None,
         without = KvOutcome(min(settings.ctx_size, fits[1]), k, v)
         free = (request.gpu.vram_mib - config.reserved_headroom_mib) << 20
         resident = request.model.file_size + drafter_bytes + per_token * settings.ctx_size
+    by_backend = (config.spec_by_backend.get(request.backend)
+                  if config is not None and request.backend is not None else None)
     return decide_drafter(DrafterInputs(
         explicit_spec_type=request.explicit_spec_type,
+        card_spec_type=by_backend.spec_type if by_backend else None,
+        card_name=config.name if config is not None else "",
         catalog_spec_type=catalog.spec_type if catalog else None,
         drafter_path=str(path) if path else None,
         drafter_is_explicit=explicit is not None,

@@ -28,7 +28,7 @@ _OFFLOAD_SWITCHES = frozenset({"-cmoe", "--cpu-moe", "-kvo", "--kv-offload",
 def without_drafter(spec: LaunchSpec) -> LaunchSpec:
     """The launch with no speculative decoding: no spec type, drafter or draft bounds."""
     return replace(spec, spec_type=None, drafter=None, spec_draft_n_min=None,
-                   spec_draft_n_max=None, spec_draft_p_min=None)
+                   spec_draft_n_max=None, spec_draft_p_min=None, spec_draft_sampling=None)
 
 
 def apply_rung(spec: LaunchSpec, rung: Rung) -> LaunchSpec:

@@ -21,6 +21,7 @@ from harness.errors import ConfigError
 from harness.facts.build import Backend
 from harness.facts.gpu import (
     SETTINGS_BY_NAME,
+    BackendSpec,
     ExpectedMetrics,
     FieldKind,
     FitCaps,
@@ -124,6 +125,11 @@ def _load_gpu_config(path: Path, schema_path: Path) -> GpuConfig:
                                       candidate=entry["provenance"]["candidate"])
             for key, contexts in obj.get("tuned", {}).items()
             for ctx, entry in contexts.items()}),
+        spec_by_backend=MappingProxyType({
+            Backend(name): BackendSpec(
+                spec_type=entry.get("spec_type"),
+                settings=_settings({k: v for k, v in entry.items() if k != "spec_type"}))
+            for name, entry in obj.get("spec_by_backend", {}).items()}),
         source=str(path),
     )
     _check_consistency(path, config)
@@ -167,6 +173,16 @@ def _check_consistency(path: Path, config: GpuConfig) -> None:
         where = join_path("$.bundle_recommendations", key)
         problems += [f"{path}: {where}.{text}"
                      for involved, text in _settings_problems(card.overlaid(rec), config.fit_caps)
+                     if own & involved]
+    for backend, spec in config.spec_by_backend.items():
+        where = f"$.spec_by_backend.{backend.value}"
+        if backend not in (*config.backends, Backend.CPU):
+            problems.append(problem(path, where, backend.value, "not one of the card's backends",
+                                    ", ".join(b.value for b in config.backends) + " or cpu"))
+        own = set(spec.settings.as_dict())
+        problems += [f"{path}: {where}.{text}"
+                     for involved, text in _settings_problems(card.overlaid(spec.settings),
+                                                              config.fit_caps)
                      if own & involved]
     for (key, ctx), tuned in config.tuned.items():
         own = set(tuned.settings.as_dict())

@@ -31,6 +31,11 @@ CPU_UNVERIFIABLE: Mapping[str, str] = MappingProxyType({
                   "without --no-kv-offload: the 'KV buffer size' line says CPU either way",
 })
 
+#: Why ``--spec-draft-sampling`` cannot be seen on any build of the pinned source.
+SAMPLING_UNSHOWN = ("the draft sampling is printed nowhere: common/speculative.cpp's draft "
+                    "line gives n_max, n_min, p_min and backend_sampling only, "
+                    "and neither /props nor /slots carries it")
+
 #: The speculative types whose implementations take and print the draft sizes
 #: (common/speculative.cpp: the draft-* family; the ngram ones have sizes of their own).
 _DRAFT_TYPE_PREFIX = "draft-"
@@ -51,6 +56,8 @@ def unverifiable(expected: Mapping[str, object], backend: Backend) -> dict[str, 
         why = (f"spec type {','.join(spec_types)} runs no draft-* implementation, so no "
                "'- n_max=…, n_min=…, p_min=…' line is printed and nothing uses the draft sizes")
         found.update({key: why for key in _DRAFT_FIELDS if key in planned})
+    if "spec_draft_sampling" in planned:
+        found["spec_draft_sampling"] = SAMPLING_UNSHOWN
     if planned.get("ctx_checkpoints") == 0 and "checkpoint_min_step" in planned:
         found["checkpoint_min_step"] = ("--ctx-checkpoints 0 disables checkpoints: load_model "
                                         "prints 'context checkpoints disabled', no spacing")
