@@ -65,6 +65,7 @@ def test_names_are_the_spec_files_in_name_order() -> None:
         "moe-q4_1",
         "moe-q8_0",
         "mtp",
+        "ple",
         "swa",
     )
     assert BUNDLE_NAMES == ("fused-dense", "fused-mtp")
@@ -179,15 +180,31 @@ def test_gemma2_needs_a_window_and_no_aligned_token(tmp_path: Path) -> None:
     path = _write(tmp_path, "a", {k: v for k, v in swa.items() if k != "sliding_window"})
     with pytest.raises(FixtureError) as err:
         load_fixture_spec(path)
-    assert ("missing required key; allowed: type integer, >= 1 (gemma2 is the writer's "
-            "sliding-window architecture: it needs sliding_window") in _line(
+    assert ("missing required key; allowed: type integer, >= 1 (gemma2 and gemma4 are the "
+            "writer's sliding-window architectures: they need sliding_window") in _line(
                 str(err.value), path, "$.sliding_window")
     path = _write(tmp_path, "b", {**swa, "aligned_token": "o"})
     with pytest.raises(FixtureError) as err:
         load_fixture_spec(path)
     line = _line(str(err.value), path, "$.aligned_token")
     assert "\"o\" is not allowed; allowed: no 'aligned_token' key (" in line
-    assert "ties its output to token_embd" in line
+    assert "tie their output to token_embd" in line
+
+
+def test_gemma4_needs_its_per_layer_width_and_no_other_architecture_takes_one(
+        tmp_path: Path) -> None:
+    ple = json.loads((SPECS / "ple.json").read_text(encoding="utf-8"))
+    path = _write(tmp_path, "a", {k: v for k, v in ple.items()
+                                  if k != "embedding_length_per_layer"})
+    with pytest.raises(FixtureError) as err:
+        load_fixture_spec(path)
+    assert "it needs embedding_length_per_layer" in _line(str(err.value), path,
+                                                         "$.embedding_length_per_layer")
+    path = _write(tmp_path, "b", {**DENSE, "embedding_length_per_layer": 8})
+    with pytest.raises(FixtureError) as err:
+        load_fixture_spec(path)
+    assert "only written for gemma4" in _line(str(err.value), path,
+                                             "$.embedding_length_per_layer")
 
 
 def test_glm4moe_mtp_rules(tmp_path: Path) -> None:

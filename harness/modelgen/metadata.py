@@ -42,7 +42,23 @@ def add_metadata(writer: gguf.GGUFWriter, name: str, shape: ModelShape, vocab: V
         writer.add_sliding_window(shape.sliding_window)
         writer.add_attn_logit_softcapping(_GEMMA2_ATTN_SOFTCAP)
         writer.add_final_logit_softcapping(_GEMMA2_FINAL_SOFTCAP)
+    if shape.architecture is Architecture.GEMMA4:
+        _add_gemma4(writer, shape)
     add_vocab(writer, vocab)
+
+
+def _add_gemma4(writer: gguf.GGUFWriter, shape: ModelShape) -> None:
+    """The keys src/models/gemma4.cpp requires: the window and which layers use it
+    (every other one, the last full), the sliding layers' head widths and the per-layer
+    embedding width."""
+    assert shape.sliding_window is not None  # validated by specs
+    assert shape.embedding_length_per_layer is not None
+    writer.add_sliding_window(shape.sliding_window)
+    writer.add_sliding_window_pattern([bid % 2 == 0 and bid < shape.block_count - 1
+                                       for bid in range(shape.block_count)])
+    writer.add_key_length_swa(shape.key_length)
+    writer.add_value_length_swa(shape.key_length)
+    writer.add_embedding_length_per_layer_input(shape.embedding_length_per_layer)
 
 
 def _add_experts(writer: gguf.GGUFWriter, shape: ModelShape) -> None:

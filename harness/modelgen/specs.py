@@ -29,6 +29,8 @@ class Architecture(enum.StrEnum):
     LLAMA = gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.LLAMA]
     GEMMA2 = gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.GEMMA2]
     GLM4_MOE = gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.GLM4_MOE]
+    #: Gemma 4 with per-layer embeddings: the tensor llama.cpp reads lazily.
+    GEMMA4 = gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.GEMMA4]
 
     @property
     def model_arch(self) -> Any:
@@ -104,6 +106,8 @@ class ModelShape:
     leading_dense_block_count: int | None = None
     nextn_predict_layers: int = 0
     sliding_window: int | None = None
+    #: Gemma 4's per-layer embedding width (``embedding_length_per_layer_input``).
+    embedding_length_per_layer: int | None = None
     aligned_token: str | None = None
     weights: WeightProfile = WeightProfile.FLAT
 
@@ -197,6 +201,7 @@ def _shape(obj: Mapping[str, Any]) -> ModelShape:
         leading_dense_block_count=optional("leading_dense_block_count"),
         nextn_predict_layers=count("nextn_predict_layers"),
         sliding_window=optional("sliding_window"),
+        embedding_length_per_layer=optional("embedding_length_per_layer"),
         aligned_token=obj.get("aligned_token"),
         weights=WeightProfile(obj.get("weights", WeightProfile.FLAT.value)),
     )

@@ -1,7 +1,8 @@
 """Tensor layouts: which tensors each architecture needs, with their names and shapes.
 
 The lists mirror what llama.cpp's loaders create for the architecture
-(``src/models/llama.cpp``, ``gemma2.cpp``, ``glm4-moe.cpp`` in the pinned source); names
+(``src/models/llama.cpp``, ``gemma2.cpp``, ``glm4-moe.cpp``, ``gemma4.cpp`` in the pinned
+source); names
 come from gguf's ``TENSOR_NAMES``. Shapes are numpy order, i.e. ggml's ``ne`` reversed
 (ggml ``{n_embd, n_vocab}`` is numpy ``(n_vocab, n_embd)``).
 """
@@ -131,10 +132,38 @@ def _glm4moe(b: _Builder) -> None:
     b.head()
 
 
+def _gemma4(b: _Builder) -> None:
+    """src/models/gemma4.cpp: gemma2's norms plus Q/K norms, one shared RoPE factor tensor
+    for the full-attention layers, and per-layer embeddings (``per_layer_token_embd``, the
+    tensor the loader reads lazily) with their projections."""
+    s, e, d = b.s, b.s.embedding_length, b.s.key_length
+    assert s.embedding_length_per_layer is not None  # validated by specs
+    ple = s.embedding_length_per_layer
+    b.embeddings()
+    b.add(T.PER_LAYER_TOKEN_EMBD, (b.n_vocab, ple * s.block_count))
+    b.add(T.PER_LAYER_MODEL_PROJ, (ple * s.block_count, e))
+    b.add(T.PER_LAYER_PROJ_NORM, (ple,))
+    b.add(T.ROPE_FREQS, (d // 2,))
+    for bid in range(s.block_count):
+        b.attention(bid)
+        b.add(T.ATTN_Q_NORM, (d,), bid)
+        b.add(T.ATTN_K_NORM, (d,), bid)
+        b.add(T.ATTN_POST_NORM, (e,), bid)
+        b.add(T.FFN_PRE_NORM, (e,), bid)  # "blk.N.ffn_norm" on disk, as for gemma2
+        b.dense_ffn(bid)
+        b.add(T.FFN_POST_NORM, (e,), bid)
+        b.add(T.PER_LAYER_INP_GATE, (ple, e), bid)
+        b.add(T.PER_LAYER_PROJ, (e, ple), bid)
+        b.add(T.PER_LAYER_POST_NORM, (e,), bid)
+    # Tied like gemma2: the loader duplicates token_embd when output.weight is absent.
+    b.head(with_output=False)
+
+
 _LAYOUTS: dict[Architecture, Callable[[_Builder], None]] = {
     Architecture.LLAMA: _llama,
     Architecture.GEMMA2: _gemma2,
     Architecture.GLM4_MOE: _glm4moe,
+    Architecture.GEMMA4: _gemma4,
 }
 
 

@@ -64,8 +64,14 @@ _ONES = frozenset(
         T.NEXTN_ENORM,
         T.NEXTN_HNORM,
         T.NEXTN_SHARED_HEAD_NORM,
+        T.ATTN_Q_NORM,
+        T.ATTN_K_NORM,
+        T.PER_LAYER_PROJ_NORM,
+        T.PER_LAYER_POST_NORM,
     }
 )
+#: RoPE frequency factors of 1 leave the rotation as the base frequency sets it.
+_UNIT_FACTORS = frozenset({T.ROPE_FREQS})
 
 #: The expert-selection bias starts at 0 so routing follows the router weights alone.
 _ZEROS = frozenset({T.FFN_EXP_PROBS_B})
@@ -108,7 +114,9 @@ def build_weights(
     tied = not any(plan.kind == T.OUTPUT for plan in plans)
     for plan in plans:
         value: Array
-        if peaked and plan.kind in _ONES:
+        if plan.kind in _UNIT_FACTORS:
+            value = np.ones(plan.shape, dtype=np.float32)
+        elif peaked and plan.kind in _ONES:
             gain = _POST_NORM_GAIN if tied and plan.kind in _POST_NORMS else 1.0
             value = rng.uniform(plan.shape, _NORM_SPREAD) + np.float32(gain)
         elif plan.kind in _ONES:
