@@ -85,6 +85,13 @@ MATRIX: list[tuple[str, str, dict[str, object], dict[str, object]]] = [
     ("dense-checkpoints", "dense", {"ctx_size": 512, "ctx_checkpoints": 5,
                                     "checkpoint_min_step": 64}, {}),
     ("dense-checkpoints-off", "dense", {"ctx_size": 512, "ctx_checkpoints": 0}, {}),
+    # gemma4's per-layer embeddings: read lazily under --lazy-mode on, resident under off
+    # and under auto (the default: only tensors over 4 GiB), whatever the load mode.
+    ("ple-lazy-on", "ple", {"ctx_size": 512, "lazy_mode": "on"}, {}),
+    ("ple-lazy-on-load-none", "ple", {"ctx_size": 512, "lazy_mode": "on", "load_mode": "none"},
+     {}),
+    ("ple-lazy-off", "ple", {"ctx_size": 512, "lazy_mode": "off"}, {}),
+    ("ple-lazy-default", "ple", {"ctx_size": 512}, {}),
     ("dense-load-none", "dense", {"ctx_size": 512, "load_mode": "none"}, {}),
     ("dense-load-mlock", "dense", {"ctx_size": 512, "load_mode": "mlock"}, {}),
     ("dense-load-mmap-mlock", "dense", {"ctx_size": 512, "load_mode": "mmap+mlock"}, {}),
@@ -116,6 +123,8 @@ def _assert_forwarded(plan: LaunchPlan, launch: LaunchPlanned, harness_build: Bu
     report = parse_launch_log(server.log_text())
     expected: dict[str, object] = {name: getattr(plan.spec, name) for name in FORWARDED}
     expected["cpu_moe"] = plan.spec.cpu_moe or None  # False: not planned, nothing to check
+    # --lazy-mode is checked by what it does: the tensors the loader read lazily.
+    expected["lazy_tensors"] = plan.lazy.tensors if plan.lazy is not None else None
     unseen = unverifiable(expected, harness_build.backend)
     _say_unverified(unseen, expected, harness_build, unverified_fields)
     checked = {name: value for name, value in expected.items() if name not in unseen}

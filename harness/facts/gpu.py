@@ -59,6 +59,16 @@ class LoadMode(enum.StrEnum):
     DIO = "dio"
 
 
+class LazyMode(enum.StrEnum):
+    """``--lazy-mode`` (common/arg.cpp of the pinned source): which of the tensors the
+    loader marks for lazy reading (per-layer embeddings) are read from the file on demand
+    instead of kept resident. ``auto``, the default, takes those over 4 GiB."""
+
+    ON = "on"
+    AUTO = "auto"
+    OFF = "off"
+
+
 class DraftSampling(enum.StrEnum):
     """``--spec-draft-sampling`` (common/arg.cpp of the pinned source): greedy takes the
     draft's argmax (llama.cpp's default), probabilistic samples it and has the target
@@ -161,11 +171,13 @@ SETTING_FIELDS: tuple[SettingField, ...] = (
                  maximum=1.0),
     SettingField("spec_draft_sampling", "--spec-draft-sampling", FieldKind.CHOICE,
                  choices=tuple(m.value for m in DraftSampling)),
+    SettingField("lazy_mode", "--lazy-mode", FieldKind.CHOICE,
+                 choices=tuple(m.value for m in LazyMode)),
 )
 #: Settings a card may leave to the server's default (every other one it must set):
 #: added after the cards were written, and a card that sets one asks every build for
-#: the option (see ``harness.planning.draft_sampling`` for where it is sent).
-OPTIONAL_CARD_SETTINGS: frozenset[str] = frozenset({"spec_draft_sampling"})
+#: the option (``harness.planning.draft_sampling``, ``harness.planning.lazy_tensors``).
+OPTIONAL_CARD_SETTINGS: frozenset[str] = frozenset({"spec_draft_sampling", "lazy_mode"})
 #: The settings a card's ``spec_by_backend`` entries may set (reference 002's
 #: ``spec.byBackend``: draft sizes and sampling; the type is ``spec_type``).
 SPECULATIVE_SETTINGS: tuple[str, ...] = ("spec_draft_n_min", "spec_draft_n_max",
@@ -180,7 +192,7 @@ SettingValue = int | float | bool | str
 
 _ENUM_FIELDS: Mapping[str, type[enum.StrEnum]] = MappingProxyType(
     {"flash_attn": FlashAttn, "split_mode": SplitMode, "load_mode": LoadMode,
-     "spec_draft_sampling": DraftSampling}
+     "spec_draft_sampling": DraftSampling, "lazy_mode": LazyMode}
 )
 
 
@@ -210,6 +222,7 @@ class ServerSettings:
     spec_draft_n_max: int | None = None
     spec_draft_p_min: float | None = None
     spec_draft_sampling: DraftSampling | None = None
+    lazy_mode: LazyMode | None = None
 
     def items(self) -> Iterator[tuple[str, SettingValue]]:
         """The set fields, in ``SETTING_FIELDS`` order."""

@@ -81,6 +81,9 @@ class ModelFacts:
     #: Why the KV planner cannot size this model's memory exactly (an MLA, sparse-index or
     #: non-Mamba recurrent cache, ...); None when it can.
     kv_unmodelled: str | None = None
+    #: The tensors this architecture's loader may read lazily (``TENSOR_READ_LAZY``), with
+    #: their bytes: ``harness.planning.lazy_tensors`` decides which are.
+    lazy_marked: tuple[tuple[str, int], ...] = ()
 
     @property
     def is_moe(self) -> bool:

@@ -45,6 +45,7 @@ class LaunchSpec:
     spec_draft_n_max: int | None = None
     spec_draft_p_min: float | None = None
     spec_draft_sampling: str | None = None
+    lazy_mode: str | None = None
     # Launch-only fields.
     fit: str | None = None
     spec_type: str | None = None

@@ -42,16 +42,15 @@ from harness.planning.drafter import DrafterDecision, DrafterInputs, KvOutcome, 
 from harness.planning.fitting import FitInputs, max_context_at
 from harness.planning.kv import (
     AUTO_PARALLEL,
-    CTX_PAD,
     KvPlan,
-    KvRequest,
     kv_bytes_per_token,
     layout_from_facts,
-    plan_kv,
 )
+from harness.planning.kv_step import plan_kv_step
 from harness.planning.launch import LaunchSpec, field_of_flag
+from harness.planning.lazy_tensors import LazyPlan, plan_lazy
 from harness.planning.offload import OVERRIDE_FLAGS, OffloadKind, OffloadPlan, plan_offload
-from harness.planning.release_rules import NOT_MODELLED, NotModelled, release_lacks
+from harness.planning.release_rules import NotModelled, release_lacks
 from harness.planning.rocm_env import RocmLaunchEnv
 from harness.planning.routing import OVERRIDE_VARIABLE, RouteDecision, decide_backend
 from harness.planning.tuned_layer import model_class
@@ -116,6 +115,8 @@ class LaunchPlan:
     #: Features the launch sends that the build lacks, with no substitute: the plan is
     #: not sent (``ensure_sendable``). Empty for every plan a build can start.
     unsupported: tuple[str, ...] = ()
+    #: The tensors the server reads lazily from the GGUF (``harness.planning.lazy_tensors``).
+    lazy: LazyPlan | None = None
     #: Variables the server is launched (and its devices probed) with, beyond the
     #: runner's own: a ROCm build's launch environment.
     environment: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
@@ -153,6 +154,9 @@ class LaunchPlan:
             "reasons": list(self.reasons),
             "warnings": [vars(w) for w in self.warnings],
             "unsupported": list(self.unsupported),
+            "lazy": None if self.lazy is None else {
+                "tensors": list(self.lazy.tensors), "bytes": self.lazy.lazy_bytes,
+                "reason": self.lazy.reason},
             "environment": dict(self.environment),
             "argv": self.to_argv(binary, "127.0.0.1", 0),
         }
@@ -181,7 +185,10 @@ def plan_launch(request: PlanRequest) -> LaunchPlan:
         reasons.append(warning.message)
     warnings.extend(choice.warnings)
 
-    drafter = _decide_drafter(request, catalog, settings, tune.config)
+    lazy = plan_lazy(request.model.lazy_marked, settings.lazy_mode, request.capabilities)
+    if request.model.lazy_marked or settings.lazy_mode:
+        reasons.append(lazy.reason)
+    drafter = _decide_drafter(request, catalog, settings, tune.config, lazy.lazy_bytes)
     reasons.extend(drafter.reasons)
     if left_out := sampling_left_out(settings.spec_draft_sampling, drafter.spec_type,
                                      request.capabilities):
@@ -192,7 +199,8 @@ def plan_launch(request: PlanRequest) -> LaunchPlan:
         settings = settings.overlaid(ServerSettings(parallel=drafter.slots))
         origins["parallel"] = DRAFTER
 
-    kv = _plan_kv(request, settings, warnings)
+    kv = plan_kv_step(request.model, request.release, settings, request.fork_kv_types,
+                      warnings)
     if kv is not None:
         reasons.append(kv.reason)
 
@@ -225,7 +233,7 @@ def plan_launch(request: PlanRequest) -> LaunchPlan:
     return LaunchPlan(
         route=route, spec=spec, catalog=catalog,
         bundle_root=request.bundle.root if request.bundle else None, tune=tune,
-        drafter=drafter, kv=kv, offload=offload,
+        drafter=drafter, kv=kv, offload=offload, lazy=lazy,
         origins=MappingProxyType(dict(sorted(origins.items()))),
         reasons=tuple(r for r in reasons if r), warnings=tuple(warnings),
         unsupported=unsupported,
@@ -245,7 +253,8 @@ def _layer_over_catalog(catalog: CatalogEntry | None,
 
 
 def _decide_drafter(request: PlanRequest, catalog: CatalogEntry | None,
-                    settings: ServerSettings, config: GpuConfig | None) -> DrafterDecision:
+                    settings: ServerSettings, config: GpuConfig | None,
+                    lazy_bytes: int) -> DrafterDecision:
     explicit = request.explicit_drafter
     path = explicit or (request.bundle.drafter_path if request.bundle else None)
     slots = settings.parallel or AUTO_PARALLEL
@@ -258,13 +267,16 @@ def _decide_drafter(request: PlanRequest, catalog: CatalogEntry | None,
         # The drafter's weights take VRAM the target's KV could have had: fit the
         # context both ways and let the drafter decision compare them.
         drafter_bytes = request.drafter_model.file_size if request.drafter_model else 0
-        fits = [max_context_at(_fit_inputs(request, config, d, per_token), slots).ctx_size
+        fits = [max_context_at(_fit_inputs(request, config, d, per_token, lazy_bytes),
+                               slots).ctx_size
                 for d in (drafter_bytes, 0)]
         k, v = settings.cache_type_k or "f16", settings.cache_type_v or "f16"
         with_drafter = KvOutcome(min(settings.ctx_size, fits[0]), k, v)
         without = KvOutcome(min(settings.ctx_size, fits[1]), k, v)
         free = (request.gpu.vram_mib - config.reserved_headroom_mib) << 20
-        resident = request.model.file_size + drafter_bytes + per_token * settings.ctx_size
+        # A tensor read lazily stays in the file, as the runtime's estimate deducts it.
+        resident = (request.model.file_size - lazy_bytes + drafter_bytes
+                    + per_token * settings.ctx_size)
     by_backend = (config.spec_by_backend.get(request.backend)
                   if config is not None and request.backend is not None else None)
     return decide_drafter(DrafterInputs(
@@ -290,50 +302,14 @@ def _kv_bytes_per_token(model: ModelFacts, release: int | None) -> int | None:
 
 
 def _fit_inputs(request: PlanRequest, config: GpuConfig, drafter_bytes: int,
-                per_token: int) -> FitInputs:
+                per_token: int, lazy_bytes: int) -> FitInputs:
     assert request.gpu is not None
     return FitInputs(
         vram_mib=request.gpu.vram_mib, reserved_headroom_mib=config.reserved_headroom_mib,
-        weights_bytes=request.model.file_size, drafter_bytes=drafter_bytes,
+        weights_bytes=request.model.file_size - lazy_bytes, drafter_bytes=drafter_bytes,
         kv_bytes_per_token=per_token,
         max_parallel=config.fit_caps.max_parallel, max_ctx_size=config.fit_caps.max_ctx_size,
     )
-
-
-def _plan_kv(request: PlanRequest, settings: ServerSettings,
-             warnings: list[PlanWarning]) -> KvPlan | None:
-    try:
-        kv = plan_kv(layout_from_facts(request.model, request.release), KvRequest(
-            ctx_size=settings.ctx_size, parallel=settings.parallel,
-            batch_size=settings.batch_size, ubatch_size=settings.ubatch_size,
-            cache_type_k=settings.cache_type_k or "f16",
-            cache_type_v=settings.cache_type_v or "f16",
-            flash_attn=settings.flash_attn or KvRequest().flash_attn,
-        ), request.fork_kv_types)
-    except ConfigError as exc:
-        # An unmodelled architecture or a cache type with no known block layout: the
-        # plan still stands, without a KV figure, and the report says why.
-        warnings.append(PlanWarning("kv-unplanned", "kv", "", "", str(exc)))
-        return None
-    except NotModelled as exc:
-        # The build's release lies where a rule changed and no published release says
-        # which side it is on: no KV figure is planned, and the warning's words (the
-        # "not modelled" finding) reach the report instead of a plan mismatch.
-        warnings.append(PlanWarning(NOT_MODELLED, "kv", "", "", str(exc)))
-        return None
-    asked = settings.ctx_size
-    if asked and kv.n_ctx != asked:
-        streams = (f"{kv.n_stream} slots of {kv.n_ctx_seq} cells" if kv.n_stream > 1
-                   else "one stream all slots share")
-        warnings.append(PlanWarning(
-            "ctx-padded", "ctx_size", str(asked), str(kv.n_ctx),
-            f"llama-server pads --ctx-size {asked} to {kv.n_ctx} cells, {streams} (a "
-            f"stream's cells come in multiples of {CTX_PAD}); the plan sizes the KV cache "
-            f"for {kv.n_ctx}"))
-    if kv.refusal:
-        warnings.append(PlanWarning("kv-refused", "cache_type_k", settings.cache_type_k or "",
-                                    "", f"the server will refuse this launch: {kv.refusal}"))
-    return kv
 
 
 def _plan_offload(request: PlanRequest, kv: KvPlan | None, drafter: DrafterDecision,

@@ -25,6 +25,7 @@ import gguf
 
 from harness.errors import ModelFileError
 from harness.facts.model_facts import LayerBytes, ModelFacts, SsmFacts
+from harness.planning.lazy_tensors import LAZY_READ_TENSORS
 from harness.probes.gguf_arch_rules import (
     kv_unmodelled,
     recurrent_layers,
@@ -124,6 +125,8 @@ def read_model_facts(path: Path) -> ModelFacts:
         layer_bytes=layer_bytes,
         non_layer_bytes=non_layer_bytes,
         output_bytes=_output_bytes(reader.tensors),
+        lazy_marked=tuple((str(t.name), int(t.n_bytes)) for t in reader.tensors
+                          if str(t.name) in LAZY_READ_TENSORS.get(arch, ())),
     )
 
 

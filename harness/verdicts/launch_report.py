@@ -88,6 +88,9 @@ class LaunchReport:
     checkpoint_min_step: int | None = None
     #: ``warning: failed to mlock …`` / ``mlock not supported …``, as printed.
     mlock_failures: tuple[str, ...] = ()
+    #: ``tensor NAME (size = N MiB) lazy read enabled`` in the target's block: the tensors
+    #: the loader reads on demand from the file (src/llama-model-loader.cpp).
+    lazy_tensors: tuple[str, ...] = ()
 
     # The target's context, under the names a plan uses for them.
     @property
@@ -141,7 +144,13 @@ class LaunchReport:
 
     @property
     def weights_mapped(self) -> bool | None:
-        return self.target.weights_mapped if self.target else None
+        if self.target is None:
+            return None
+        if self.lazy_tensors and any(b.buffer == "CPU" for b in self.target.model_buffers):
+            # The lazily read tensors' context is mapped whatever the load mode
+            # (src/llama-model.cpp); a plain CPU buffer beside it holds the rest, unmapped.
+            return False
+        return self.target.weights_mapped
 
     @property
     def gpu_devices(self) -> tuple[str, ...]:
@@ -188,6 +197,7 @@ _DRAFT_PARAMS = re.compile(
 _CHECKPOINTS_ON = re.compile(
     r"context checkpoints enabled, max = (?P<max>-?\d+), min spacing = (?P<step>-?\d+)")
 _CHECKPOINTS_OFF = re.compile(r"context checkpoints disabled")
+_LAZY_READ = re.compile(r"tensor (?P<name>\S+) \(size = \d+ MiB\) lazy read enabled")
 _MLOCK_FAILED = re.compile(
     r"(?P<error>warning: (?:failed to (?:mlock|VirtualLock) \d+-byte buffer|"
     r"mlock not supported on this system).*?)\s*$")
@@ -214,7 +224,9 @@ def _slots(texts: list[str]) -> tuple[int | None, int | None, bool | None]:
 
 def parse_launch_log(log: str) -> LaunchReport:
     """Everything the startup log says about the launch; absent lines leave fields None."""
-    blocks = [parse_block(block) for block in split_blocks(log)]
+    raw = split_blocks(log)
+    blocks = [parse_block(block) for block in raw]
+    target_lines = next((b.lines for b in raw if b.role is BlockRole.TARGET), ())
     target = next((b for b in blocks if b.role is BlockRole.TARGET), None)
     drafter = next((b for b in blocks if b.role is BlockRole.DRAFTER), None)
     texts = [message(line) for line in log.splitlines()]
@@ -242,4 +254,6 @@ def parse_launch_log(log: str) -> LaunchReport:
         checkpoint_min_step=int(checkpoints["step"]) if checkpoints else None,
         mlock_failures=tuple(found["error"] for text in texts
                              if (found := _MLOCK_FAILED.search(text))),
+        lazy_tensors=tuple(found["name"] for line in target_lines
+                           if (found := _LAZY_READ.search(message(line)))),
     )

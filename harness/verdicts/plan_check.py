@@ -51,8 +51,9 @@ def compare_launch(expected: Mapping[str, object], report: LaunchReport) -> tupl
     ``n_cpu_moe``, ``cpu_moe``, ``n_cpu_ffn``) or report names
     (``n_ctx``, ``n_ctx_seq``, ``n_batch``, ``n_ubatch``, ``n_slots``, ``type_k``,
     ``type_v``, ``flash_attn_effective``, ``drafter_loaded``, ``mtp_context``,
-    ``speculative_ready``, ``overrides``). A None value (and ``cpu_moe`` False, LaunchSpec's
-    default) is not planned and is skipped. A field the log cannot show counts as a
+    ``speculative_ready``, ``overrides``, ``lazy_tensors``: the planned tuple of names).
+    A None value (and ``cpu_moe`` False, LaunchSpec's default) is not planned and is
+    skipped. A field the log cannot show counts as a
     mismatch (observed None, with why); leave such fields out with
     ``unverifiable_fields.unverifiable`` first.
     Raises ValueError for an unknown key.
@@ -205,6 +206,15 @@ def _spec_draft_sampling(value: object, report: LaunchReport) -> FieldCheck:
                                    "sampling")
 
 
+def _lazy_tensors(value: object, report: LaunchReport) -> FieldCheck:
+    if not isinstance(value, tuple):
+        raise TypeError(f"compare_launch: lazy_tensors must be a tuple of names, got {value!r}")
+    observed = report.lazy_tensors
+    return FieldCheck(sorted(value), sorted(observed),
+                      "the tensors logged 'lazy read enabled'" if observed else
+                      "no tensor logged 'lazy read enabled'")
+
+
 _COMPARERS: dict[str, Comparer] = {
     "ctx_size": _ctx_size,
     "parallel": _field("n_slots"),
@@ -232,6 +242,7 @@ _COMPARERS: dict[str, Comparer] = {
     "spec_draft_p_min": _spec_draft_p_min,
     "spec_draft_sampling": _spec_draft_sampling,
     "ctx_checkpoints": _field("ctx_checkpoints"),
+    "lazy_tensors": _lazy_tensors,
     "checkpoint_min_step": _checkpoint_min_step,
     **PLACEMENT_COMPARERS,
 }
