@@ -10,6 +10,7 @@ that names the endpoint, the server's address and what went wrong.
 
 from __future__ import annotations
 
+import base64
 import functools
 import ssl
 from dataclasses import dataclass
@@ -143,8 +144,9 @@ class ServerClient:
                                  f"{str(body)[:300]}")
         return prompt
 
-    def chat(self, messages: list[dict[str, str]], **options: Any) -> dict[str, Any]:
-        """The raw answer of ``/v1/chat/completions`` (greedy unless ``options`` say)."""
+    def chat(self, messages: list[dict[str, Any]], **options: Any) -> dict[str, Any]:
+        """The raw answer of ``/v1/chat/completions`` (greedy unless ``options`` say); a
+        message's content may be OpenAI's list of parts (``image_message``)."""
         payload = {"messages": messages, "temperature": 0.0, **options}
         return self._json("POST", "/v1/chat/completions", json=payload)
 
@@ -243,3 +245,11 @@ def _parse_completion(body: dict[str, Any], base_url: str) -> Completion:
         ),
         raw=body,
     )
+
+
+def image_message(text: str, png: bytes) -> dict[str, Any]:
+    """A user message of ``text`` and a PNG image, as OpenAI's chat API (and llama-server's
+    ``/v1/chat/completions`` with a ``--mmproj``) takes one: a data URL in an image part."""
+    url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+    return {"role": "user", "content": [{"type": "text", "text": text},
+                                        {"type": "image_url", "image_url": {"url": url}}]}

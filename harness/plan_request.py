@@ -54,13 +54,15 @@ def read_plan_request(*, build: BuildUnderTest | None, bundle: Bundle | None = N
                       per_call: Mapping[str, object] | None = None,
                       environ: Mapping[str, str] | None = None,
                       cards: CardFacts | None = None,
-                      launch_env: RocmLaunchEnv | None = None) -> PlanRequest:
+                      launch_env: RocmLaunchEnv | None = None,
+                      projector: Path | None = None) -> PlanRequest:
     """The request for a launch of ``bundle`` (read with ``harness.probes.bundles``) or
     the bare ``model`` on ``build`` (None: no build known, capabilities unknown, planned
     as the pin). ``configs``: the card folder (None: the packaged one); ``environ``:
     default the process's; ``cards``: the folder's cards and the forks' KV types, already
     read by ``read_cards`` (a caller that plans many launches reads them once);
-    ``launch_env``: a ROCm build's, from ``harness.builds.devices_seen.plan_launch_env``."""
+    ``launch_env``: a ROCm build's, from ``harness.builds.devices_seen.plan_launch_env``;
+    ``projector``: a vision projector to load with the model (``--mmproj``)."""
     if (bundle is None) == (model is None):
         raise ValueError("plan a bundle or a model, not both or neither")
     model_path = bundle.text_model if bundle is not None else model
@@ -83,4 +85,6 @@ def read_plan_request(*, build: BuildUnderTest | None, bundle: Bundle | None = N
         environ=planner_environ(os.environ if environ is None else environ),
         fork_kv_types=cards.fork_kv_types,
         launch_env=launch_env,
+        projector=projector,
+        projector_bytes=projector.stat().st_size if projector is not None else 0,
     )

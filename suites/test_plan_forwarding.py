@@ -125,6 +125,11 @@ def _assert_forwarded(plan: LaunchPlan, launch: LaunchPlanned, harness_build: Bu
     expected["cpu_moe"] = plan.spec.cpu_moe or None  # False: not planned, nothing to check
     # --lazy-mode is checked by what it does: the tensors the loader read lazily.
     expected["lazy_tensors"] = plan.lazy.tensors if plan.lazy is not None else None
+    # A projector: loaded, where the plan put it, as large as its budget.
+    vision = plan.vision
+    expected["mmproj"] = vision.projector if vision else None
+    expected["projector_on_gpu"] = vision.on_gpu if vision else None
+    expected["projector_bytes"] = vision.projector_bytes if vision else None
     unseen = unverifiable(expected, harness_build.backend)
     _say_unverified(unseen, expected, harness_build, unverified_fields)
     checked = {name: value for name, value in expected.items() if name not in unseen}
@@ -249,4 +254,29 @@ def test_a_cards_draft_settings_for_the_builds_backend_reach_the_server(
                                                                              "card-backend")
     assert plan.spec.spec_draft_sampling == "greedy"
     assert "--spec-draft-sampling" in plan.to_argv("llama-server", "127.0.0.1", 0)
+    _assert_forwarded(plan, launch, harness_build, unverified_fields)
+
+
+@pytest.mark.parametrize(("gpu", "keep_off_gpu"), [
+    pytest.param(None, False, id="no-gpu"),
+    pytest.param(GpuInfo(CARD_DEVICE_NAMES["rtx-4090"], 24564), False, id="rtx-4090"),
+    pytest.param(GpuInfo(CARD_DEVICE_NAMES["rtx-4090"], 24564), True,
+                 id="rtx-4090-no-mmproj-offload"),
+])
+def test_a_planned_projector_loads_where_and_as_large_as_planned(
+        *, gpu: GpuInfo | None, keep_off_gpu: bool, plan_for: PlanFor,
+        launch: LaunchPlanned, harness_build: BuildUnderTest,
+        fixture_set: modelgen.FixtureSet, unverified_fields: RecordUnverified) -> None:
+    """The vision budget (reference 002's ``mmprojBudgetBytes``, docs/references.md): the
+    projector's bytes on the GPU beside the weights, or on the host, checked against the
+    loader's ``CLIP using <backend> backend`` and ``model size`` lines."""
+    projector = fixture_set.projector("dense-mmproj")
+    plan = plan_for(model="dense", gpu=gpu, projector=projector,
+                    keep_projector_off_gpu=keep_off_gpu,
+                    per_call={"ctx_size": 512, "parallel": 1, "batch_size": 512,
+                              "cache_type_k": "f16", "cache_type_v": "f16"})
+    assert plan.vision is not None
+    assert plan.vision.projector_bytes == projector.stat().st_size
+    assert plan.vision.on_gpu is (gpu is not None and not keep_off_gpu)
+    assert plan.spec.no_mmproj_offload is keep_off_gpu
     _assert_forwarded(plan, launch, harness_build, unverified_fields)

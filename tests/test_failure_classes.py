@@ -205,8 +205,9 @@ def test_the_evidence_is_the_first_deciding_line() -> None:
 
 def test_class_values_are_the_documented_names() -> None:
     assert [c.value for c in FailureClass] == [
-        "driver-missing", "drafter-load", "mtp-context", "out-of-memory", "unknown-flag",
-        "model-load", "cannot-run-here", "crash", "readiness-timeout", "unknown"]
+        "driver-missing", "drafter-load", "mtp-context", "projector-load", "out-of-memory",
+        "unknown-flag", "model-load", "cannot-run-here", "crash", "readiness-timeout",
+        "unknown"]
 
 
 @pytest.mark.parametrize(("exit_code", "log", "words"), [

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import types
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.bounded import bounded_lock
@@ -22,10 +22,11 @@ from harness.modelgen.fixture_data import (
     SPECS_SUBDIR,
     fixture_spec_dir,
     load_all,
+    load_projectors,
     spec_names,
     specs_digest,
 )
-from harness.modelgen.fixture_tree import bundle_rel, model_rel, plan_files
+from harness.modelgen.fixture_tree import bundle_rel, model_rel, plan_files, projector_rel
 from harness.modelgen.hashes import RECORD_NAME, read_hashes, write_hashes
 from harness.modelgen.specs import load_fixture_specs
 from harness.modelgen.writer import WRITER_VERSION, write_model
@@ -65,12 +66,18 @@ class FixtureSet:
     root: Path
     models: Mapping[str, Path]
     bundles: Mapping[str, Path]
+    #: Vision projectors (``--mmproj`` files), by name.
+    projectors: Mapping[str, Path] = field(
+        default_factory=lambda: types.MappingProxyType({}))
 
     def model(self, name: str) -> Path:
         return _lookup("fixture", name, self.models)
 
     def bundle(self, name: str) -> Path:
         return _lookup("bundle", name, self.bundles)
+
+    def projector(self, name: str) -> Path:
+        return _lookup("projector", name, self.projectors)
 
 
 def _lookup(what: str, name: str, table: Mapping[str, Path]) -> Path:
@@ -96,7 +103,7 @@ def record_hashes(hashes: Mapping[str, str]) -> None:
 def write_all(out_dir: Path) -> dict[str, str]:
     """Write every fixture and bundle fresh into ``out_dir``; relative path -> sha256."""
     fixtures, bundles = load_all()
-    return write_tree(out_dir, plan_files(fixtures, bundles))
+    return write_tree(out_dir, plan_files(fixtures, bundles, load_projectors()))
 
 
 def ensure_large_fixture(name: str = LARGE_FIXTURE, cache: Path | None = None) -> Path:
@@ -139,10 +146,12 @@ def ensure_fixtures(root: Path | None = None) -> FixtureSet:
     are written once under a file lock, so concurrent xdist workers share them.
     """
     fixtures, bundles = load_all()
+    projectors = load_projectors()
     base = root if root is not None else cache_root() / "fixtures" / specs_digest()
-    ensure_tree(base, plan_files(fixtures, bundles), read_recorded_hashes())
+    ensure_tree(base, plan_files(fixtures, bundles, projectors), read_recorded_hashes())
     return FixtureSet(
         root=base,
         models=types.MappingProxyType({n: base / model_rel(n) for n in fixtures}),
         bundles=types.MappingProxyType({n: base / bundle_rel(n) for n in bundles}),
+        projectors=types.MappingProxyType({n: base / projector_rel(n) for n in projectors}),
     )

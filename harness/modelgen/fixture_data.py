@@ -6,6 +6,7 @@ import hashlib
 from pathlib import Path
 
 from harness.modelgen.bundle_specs import BundleSpec, load_bundle_specs
+from harness.modelgen.projector import PROJECTORS_SUBDIR, ProjectorSpec, load_projector_specs
 from harness.modelgen.specs import FixtureSpec, load_fixture_specs
 from harness.modelgen.writer import WRITER_VERSION
 from harness.resources import card_path
@@ -30,6 +31,12 @@ def load_all(spec_dir: Path | None = None) -> tuple[dict[str, FixtureSpec], dict
     return fixtures, load_bundle_specs(base / BUNDLES_SUBDIR, fixtures)
 
 
+def load_projectors(spec_dir: Path | None = None) -> dict[str, ProjectorSpec]:
+    """The projector specs, each checked against the model fixtures it names."""
+    base = spec_dir if spec_dir is not None else fixture_spec_dir()
+    return load_projector_specs(base / PROJECTORS_SUBDIR, spec_names(SPECS_SUBDIR))
+
+
 def specs_digest(spec_dir: Path | None = None) -> str:
     """A short digest of every spec file and the writer version: the cache directory key.
 
@@ -38,7 +45,7 @@ def specs_digest(spec_dir: Path | None = None) -> str:
     """
     base = spec_dir if spec_dir is not None else fixture_spec_dir()
     digest = hashlib.sha256(f"writer {WRITER_VERSION}\n".encode())
-    for sub in (SPECS_SUBDIR, BUNDLES_SUBDIR):
+    for sub in (SPECS_SUBDIR, BUNDLES_SUBDIR, PROJECTORS_SUBDIR):
         for path in sorted((base / sub).glob("*.json")):
             digest.update(f"{sub}/{path.name}\n".encode())
             digest.update(path.read_bytes())

@@ -50,6 +50,9 @@ class LaunchSpec:
     fit: str | None = None
     spec_type: str | None = None
     drafter: Path | None = None
+    #: A vision projector (``--mmproj``), and whether it stays off the GPU.
+    mmproj: Path | None = None
+    no_mmproj_offload: bool = False
     n_cpu_moe: int | None = None
     cpu_moe: bool = False
     n_cpu_ffn: int | None = None
@@ -108,6 +111,7 @@ VALUE_FLAGS: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
     ("fit", "--fit", str),
     ("spec_type", "--spec-type", str),
     ("drafter", "--spec-draft-model", Path),
+    ("mmproj", "--mmproj", Path),
     ("n_cpu_moe", "--n-cpu-moe", int),
     ("n_cpu_ffn", "--n-cpu-ffn", int),
     ("threads", "--threads", int),
@@ -115,6 +119,7 @@ VALUE_FLAGS: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
 #: Launch-only field → flag that is present or absent.
 SWITCH_FLAGS: tuple[tuple[str, str], ...] = (
     ("cpu_moe", "--cpu-moe"),
+    ("no_mmproj_offload", "--no-mmproj-offload"),
     ("metrics", "--metrics"),
 )
 

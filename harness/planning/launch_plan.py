@@ -27,7 +27,7 @@ from typing import Any
 from harness.errors import ConfigError, UnsupportedByBuildError
 from harness.facts.build import Backend, Capabilities
 from harness.facts.catalog import Bundle, CatalogEntry
-from harness.facts.gpu import ForkKvType, GpuConfig, GpuInfo, ServerSettings
+from harness.facts.gpu import ForkKvType, GpuConfig, GpuInfo, LazyMode, ServerSettings
 from harness.facts.model_facts import ModelFacts
 from harness.planning.autotune import ENV_PREFIX, TuneResult, autotune
 from harness.planning.build_support import unavailable_offload_kinds, unsupported_features
@@ -49,17 +49,20 @@ from harness.planning.kv import (
 from harness.planning.kv_step import plan_kv_step
 from harness.planning.launch import LaunchSpec, field_of_flag
 from harness.planning.lazy_tensors import LazyPlan, plan_lazy
-from harness.planning.offload import OVERRIDE_FLAGS, OffloadKind, OffloadPlan, plan_offload
+from harness.planning.offload import OffloadKind, OffloadPlan, plan_offload
+from harness.planning.offload_fields import offload_substitute, offload_switches
 from harness.planning.release_rules import NotModelled, release_lacks
 from harness.planning.rocm_env import RocmLaunchEnv
 from harness.planning.routing import OVERRIDE_VARIABLE, RouteDecision, decide_backend
 from harness.planning.tuned_layer import model_class
+from harness.planning.vision import VisionPlan, plan_vision, vision_fields
 
 #: Origins of fields the planner sets itself, beside autotune's card/bucket/bundle/call/env.
 CATALOG = "catalog"
 CAPABILITY = "capability-fallback"
 DRAFTER = "drafter"
 OFFLOAD = "offload"
+VISION = "vision"
 #: Without a GPU the moved weights' RAM budget is not what limits a plan.
 _UNBOUNDED_RAM = 1 << 60
 
@@ -93,6 +96,10 @@ class PlanRequest:
     avoid_offload: frozenset[OffloadKind] = frozenset()
     #: The build's backend: the card's ``spec_by_backend`` entry for it applies.
     backend: Backend | None = None
+    #: A vision projector (``--mmproj``), its file's bytes, and ``--no-mmproj-offload``.
+    projector: Path | None = None
+    projector_bytes: int = 0
+    keep_projector_off_gpu: bool = False
     #: A ROCm build's launch environment (``harness.probes.rocm_launch``): the devices it
     #: has no code for hidden, its kernel packs routed. None for other builds.
     launch_env: RocmLaunchEnv | None = None
@@ -117,6 +124,8 @@ class LaunchPlan:
     unsupported: tuple[str, ...] = ()
     #: The tensors the server reads lazily from the GGUF (``harness.planning.lazy_tensors``).
     lazy: LazyPlan | None = None
+    #: The vision projector and its budget (``harness.planning.vision``).
+    vision: VisionPlan | None = None
     #: Variables the server is launched (and its devices probed) with, beyond the
     #: runner's own: a ROCm build's launch environment.
     environment: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
@@ -154,6 +163,9 @@ class LaunchPlan:
             "reasons": list(self.reasons),
             "warnings": [vars(w) for w in self.warnings],
             "unsupported": list(self.unsupported),
+            "vision": None if self.vision is None else {
+                "projector": str(self.vision.projector), "bytes": self.vision.projector_bytes,
+                "on_gpu": self.vision.on_gpu, "reason": self.vision.reason},
             "lazy": None if self.lazy is None else {
                 "tensors": list(self.lazy.tensors), "bytes": self.lazy.lazy_bytes,
                 "reason": self.lazy.reason},
@@ -185,10 +197,10 @@ def plan_launch(request: PlanRequest) -> LaunchPlan:
         reasons.append(warning.message)
     warnings.extend(choice.warnings)
 
-    lazy = plan_lazy(request.model.lazy_marked, settings.lazy_mode, request.capabilities)
-    if request.model.lazy_marked or settings.lazy_mode:
-        reasons.append(lazy.reason)
-    drafter = _decide_drafter(request, catalog, settings, tune.config, lazy.lazy_bytes)
+    lazy, vision = _beyond_the_weights(request, settings.lazy_mode, reasons)
+    # The GPU share beyond the file: a projector placed there, less what is read lazily.
+    resident_extra = (vision.gpu_bytes if vision else 0) - lazy.lazy_bytes
+    drafter = _decide_drafter(request, catalog, settings, tune.config, resident_extra)
     reasons.extend(drafter.reasons)
     if left_out := sampling_left_out(settings.spec_draft_sampling, drafter.spec_type,
                                      request.capabilities):
@@ -204,21 +216,23 @@ def plan_launch(request: PlanRequest) -> LaunchPlan:
     if kv is not None:
         reasons.append(kv.reason)
 
-    launch: dict[str, Any] = {}
+    launch: dict[str, Any] = vision_fields(vision, request.keep_projector_off_gpu)
+    origins.update(dict.fromkeys(launch, VISION))
     if drafter.spec_type:
         launch["spec_type"] = drafter.spec_type
         origins["spec_type"] = DRAFTER
     if drafter.drafter_path:
         launch["drafter"] = Path(drafter.drafter_path)
         origins["drafter"] = DRAFTER
-    offload = _plan_offload(request, kv, drafter, tune.config, reasons)
+    offload = _plan_offload(request, kv, drafter, tune.config, reasons,
+                            vision_gpu_bytes=vision.gpu_bytes if vision else 0)
     if offload is not None and offload.wanted is not None:
-        warnings.append(_offload_substitute(offload))
+        warnings.append(offload_substitute(offload))
     if offload is not None:
         if offload.gpu_layers is not None:
             settings = settings.overlaid(ServerSettings(n_gpu_layers=offload.gpu_layers))
             origins["n_gpu_layers"] = OFFLOAD
-        for name, value in _offload_switches(offload).items():
+        for name, value in offload_switches(offload).items():
             launch[name] = value
             origins[name] = OFFLOAD
     spec = LaunchSpec.from_settings(request.model_path, settings, **launch)
@@ -233,7 +247,7 @@ def plan_launch(request: PlanRequest) -> LaunchPlan:
     return LaunchPlan(
         route=route, spec=spec, catalog=catalog,
         bundle_root=request.bundle.root if request.bundle else None, tune=tune,
-        drafter=drafter, kv=kv, offload=offload, lazy=lazy,
+        drafter=drafter, kv=kv, offload=offload, lazy=lazy, vision=vision,
         origins=MappingProxyType(dict(sorted(origins.items()))),
         reasons=tuple(r for r in reasons if r), warnings=tuple(warnings),
         unsupported=unsupported,
@@ -252,9 +266,23 @@ def _layer_over_catalog(catalog: CatalogEntry | None,
     return base.overlaid(tune.settings), origins
 
 
+def _beyond_the_weights(request: PlanRequest, lazy_mode: LazyMode | None,
+                        reasons: list[str]) -> tuple[LazyPlan, VisionPlan | None]:
+    """What the plan reads lazily and the projector it loads, each reason appended."""
+    lazy = plan_lazy(request.model.lazy_marked, lazy_mode, request.capabilities)
+    if request.model.lazy_marked or lazy_mode:
+        reasons.append(lazy.reason)
+    vision = plan_vision(request.projector, request.projector_bytes,
+                         gpu_planned=request.gpu is not None,
+                         keep_off_gpu=request.keep_projector_off_gpu)
+    if vision is not None:
+        reasons.append(vision.reason)
+    return lazy, vision
+
+
 def _decide_drafter(request: PlanRequest, catalog: CatalogEntry | None,
                     settings: ServerSettings, config: GpuConfig | None,
-                    lazy_bytes: int) -> DrafterDecision:
+                    resident_extra: int) -> DrafterDecision:
     explicit = request.explicit_drafter
     path = explicit or (request.bundle.drafter_path if request.bundle else None)
     slots = settings.parallel or AUTO_PARALLEL
@@ -267,15 +295,16 @@ def _decide_drafter(request: PlanRequest, catalog: CatalogEntry | None,
         # The drafter's weights take VRAM the target's KV could have had: fit the
         # context both ways and let the drafter decision compare them.
         drafter_bytes = request.drafter_model.file_size if request.drafter_model else 0
-        fits = [max_context_at(_fit_inputs(request, config, d, per_token, lazy_bytes),
+        fits = [max_context_at(_fit_inputs(request, config, d, per_token, resident_extra),
                                slots).ctx_size
                 for d in (drafter_bytes, 0)]
         k, v = settings.cache_type_k or "f16", settings.cache_type_v or "f16"
         with_drafter = KvOutcome(min(settings.ctx_size, fits[0]), k, v)
         without = KvOutcome(min(settings.ctx_size, fits[1]), k, v)
         free = (request.gpu.vram_mib - config.reserved_headroom_mib) << 20
-        # A tensor read lazily stays in the file, as the runtime's estimate deducts it.
-        resident = (request.model.file_size - lazy_bytes + drafter_bytes
+        # A tensor read lazily stays in the file, as the runtime's estimate deducts it; a
+        # projector on the GPU is there beside the weights.
+        resident = (request.model.file_size + resident_extra + drafter_bytes
                     + per_token * settings.ctx_size)
     by_backend = (config.spec_by_backend.get(request.backend)
                   if config is not None and request.backend is not None else None)
@@ -302,24 +331,27 @@ def _kv_bytes_per_token(model: ModelFacts, release: int | None) -> int | None:
 
 
 def _fit_inputs(request: PlanRequest, config: GpuConfig, drafter_bytes: int,
-                per_token: int, lazy_bytes: int) -> FitInputs:
+                per_token: int, resident_extra: int) -> FitInputs:
     assert request.gpu is not None
     return FitInputs(
         vram_mib=request.gpu.vram_mib, reserved_headroom_mib=config.reserved_headroom_mib,
-        weights_bytes=request.model.file_size - lazy_bytes, drafter_bytes=drafter_bytes,
+        weights_bytes=request.model.file_size + resident_extra, drafter_bytes=drafter_bytes,
         kv_bytes_per_token=per_token,
         max_parallel=config.fit_caps.max_parallel, max_ctx_size=config.fit_caps.max_ctx_size,
     )
 
 
 def _plan_offload(request: PlanRequest, kv: KvPlan | None, drafter: DrafterDecision,
-                  config: GpuConfig | None, reasons: list[str]) -> OffloadPlan | None:
+                  config: GpuConfig | None, reasons: list[str], *,
+                  vision_gpu_bytes: int) -> OffloadPlan | None:
     if request.gpu is None:
         reasons.append("no GPU: weights and KV stay in system memory, no offload planning")
         return None
     headroom = config.reserved_headroom_mib if config else 0
-    drafter_bytes = (request.drafter_model.file_size
-                     if request.drafter_model and drafter.drafter_path else 0)
+    # The runtime's additional GPU bytes: the vision budget plus the drafter's.
+    drafter_bytes = vision_gpu_bytes + (request.drafter_model.file_size
+                                        if request.drafter_model and drafter.drafter_path
+                                        else 0)
     plan = plan_offload(
         request.model, (request.gpu.vram_mib - headroom) << 20,
         kv.total_bytes if kv and kv.valid else 0,
@@ -331,31 +363,10 @@ def _plan_offload(request: PlanRequest, kv: KvPlan | None, drafter: DrafterDecis
     return plan
 
 
-def _offload_substitute(plan: OffloadPlan) -> PlanWarning:
-    """The warning of an offload plan that took another kind than it wanted."""
-    assert plan.wanted is not None
-    used = OVERRIDE_FLAGS.get(plan.kind, plan.kind.value)
-    if plan.gpu_layers is not None and plan.kind is OffloadKind.LAYER_SPLIT:
-        used = f"--n-gpu-layers {plan.gpu_layers}"
-    return PlanWarning(NOT_SUPPORTED_CODE, plan.wanted.value, OVERRIDE_FLAGS[plan.wanted],
-                       used, plan.reason)
-
-
 def _field_of(feature: str) -> str:
     """The ``LaunchSpec`` field a feature's flag sets, or the flag where none does."""
     flag = feature.partition(" ")[0]
     return field_of_flag(flag) or flag
-
-
-def _offload_switches(plan: OffloadPlan) -> dict[str, Any]:
-    """The LaunchSpec fields for the plan's kind (``-ngl`` is a tuned setting, set apart)."""
-    if plan.kind is OffloadKind.N_CPU_MOE:
-        return {"n_cpu_moe": plan.n}
-    if plan.kind is OffloadKind.CPU_MOE:
-        return {"cpu_moe": True}
-    if plan.kind is OffloadKind.N_CPU_FFN:
-        return {"n_cpu_ffn": plan.n}
-    return {}
 
 
 def _kv_json(kv: KvPlan | None) -> dict[str, Any] | None:

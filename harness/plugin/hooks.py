@@ -344,7 +344,7 @@ def plan_for(fixture_set: modelgen.FixtureSet, bundle_dir: BundleDir,
              harness_build: BuildUnderTest, pytestconfig: pytest.Config) -> PlanFor:
     """``plan_for(bundle=NAME | model=NAME, **PlanRequest fields)``: a plan for the build
     (a bundle NAME may be a user's, ``user:<folder>``); ``gpu`` defaults to
-    ``--harness-planner-gpu`` (none unless given)."""
+    ``--harness-planner-gpu`` (none unless given); ``projector=PATH``: a vision projector."""
     session = HarnessSession.of(pytestconfig)
     cards = read_cards()  # once a session: every plan reads the same packaged cards
 
@@ -352,11 +352,13 @@ def plan_for(fixture_set: modelgen.FixtureSet, bundle_dir: BundleDir,
              **changes: object) -> LaunchPlan:
         if bundle is not None:
             request = read_plan_request(build=harness_build, cards=cards,
-                                        bundle=load_bundle(bundle_dir(bundle)))
+                                        bundle=load_bundle(bundle_dir(bundle)),
+                                        projector=changes.pop("projector", None))  # type: ignore[arg-type]
         else:
             assert model is not None, "plan_for needs bundle= or model="
             request = read_plan_request(build=harness_build, cards=cards,
-                                        model=fixture_set.model(model))
+                                        model=fixture_set.model(model),
+                                        projector=changes.pop("projector", None))  # type: ignore[arg-type]
         defaults = {"gpu": session.options.planner_gpu, "launch_env": session.launch_env()}
         changes = {**{k: v for k, v in defaults.items() if v is not None}, **changes}
         made = plan_launch(dataclasses.replace(request, **changes))  # type: ignore[arg-type]

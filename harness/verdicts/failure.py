@@ -15,7 +15,10 @@ printed. The classes are tried in this order, and the first that matches wins:
    leaving it out is the cheapest retry (reference 002, docs/references.md: it is the one
    part of a launch the launch can do without).
 2. ``mtp-context`` — ``failed to create MTP context`` (``--spec-type draft-mtp`` on a model
-   without an MTP head; docs/design.md, measured).
+   without an MTP head; docs/design.md, measured). ``projector-load`` — ``failed to load
+   multimodal model, '<path>'``: the ``--mmproj`` file did not load (measured on a cut
+   projector: ``clip_init: failed to load model '…'``, then that line, exit 1). No retry:
+   the vision route is what the launch is for.
 3. ``out-of-memory`` — the CUDA/ROCm, ggml-backend, llama-model and Vulkan allocation
    failures. A weights OOM ends in ``failed to load model`` as well, and a CUDA OOM inside
    a kernel aborts the process (``GGML_ABORT``), so this comes before ``model-load`` and
@@ -61,6 +64,7 @@ class FailureClass(enum.StrEnum):
     DRIVER_MISSING = "driver-missing"
     DRAFTER_LOAD = "drafter-load"
     MTP_CONTEXT = "mtp-context"
+    PROJECTOR_LOAD = "projector-load"
     OUT_OF_MEMORY = "out-of-memory"
     UNKNOWN_FLAG = "unknown-flag"
     MODEL_LOAD = "model-load"
@@ -150,6 +154,10 @@ _MTP_CONTEXT = _Rule(FailureClass.MTP_CONTEXT, (
     # common/speculative.cpp and tools/server/server-context.cpp.
     re.compile(r"failed to create MTP context"),
 ))
+_PROJECTOR_LOAD = _Rule(FailureClass.PROJECTOR_LOAD, (
+    # tools/server/server-context.cpp (load_model): "failed to load multimodal model, '%s'".
+    re.compile(r"failed to load multimodal model, '[^']*'"),
+))
 _OUT_OF_MEMORY = _Rule(FailureClass.OUT_OF_MEMORY, (
     # ggml/src/ggml-cuda/ggml-cuda.cu, ggml_backend_cuda_buffer_type_alloc_buffer:
     # "allocating %.2f MiB on device %d: cudaMalloc failed: %s" (HIP builds compile the
@@ -180,8 +188,8 @@ _MODEL_LOAD = _Rule(FailureClass.MODEL_LOAD, (
 ), ignored_levels=frozenset({"W", "I", "D"}))
 
 #: The server's own words, tried before the exit status is looked at.
-_DECISIVE: tuple[_Rule, ...] = (_DRIVER_MISSING, _DRAFTER_LOAD, _MTP_CONTEXT, _OUT_OF_MEMORY,
-                                _UNKNOWN_FLAG)
+_DECISIVE: tuple[_Rule, ...] = (_DRIVER_MISSING, _DRAFTER_LOAD, _MTP_CONTEXT, _PROJECTOR_LOAD,
+                                _OUT_OF_MEMORY, _UNKNOWN_FLAG)
 
 #: What to do about a class no retry can fix, for the error a user reads.
 FIXES: dict[FailureClass, str] = {
@@ -190,6 +198,10 @@ FIXES: dict[FailureClass, str] = {
         "installed, or give the container the GPU (`docker run --gpus all`; the engine needs "
         "the NVIDIA container toolkit, nvidia-container-toolkit, registered with "
         "`nvidia-ctk runtime configure --runtime=docker`)"),
+    FailureClass.PROJECTOR_LOAD: (
+        "the vision projector named in the line above (--mmproj) could not be loaded: check "
+        "that the file is whole and is a projector for this model (its projection_dim must "
+        "be the model's embedding width), or plan the launch without it"),
 }
 
 # The kernel's out-of-memory killer. Linux lends memory it does not have (overcommit), so

@@ -91,6 +91,12 @@ class LaunchReport:
     #: ``tensor NAME (size = N MiB) lazy read enabled`` in the target's block: the tensors
     #: the loader reads on demand from the file (src/llama-model-loader.cpp).
     lazy_tensors: tuple[str, ...] = ()
+    #: The vision projector: ``loaded multimodal model, '<path>'`` (tools/server), the
+    #: backend it runs on (``CLIP using <backend> backend``) and its ``model size`` plus
+    #: ``metadata size`` in MiB (tools/mtmd/clip.cpp ``load_hparams``), as printed.
+    projector_path: str | None = None
+    projector_backend: str | None = None
+    projector_mib: Decimal | None = None
 
     # The target's context, under the names a plan uses for them.
     @property
@@ -197,6 +203,9 @@ _DRAFT_PARAMS = re.compile(
 _CHECKPOINTS_ON = re.compile(
     r"context checkpoints enabled, max = (?P<max>-?\d+), min spacing = (?P<step>-?\d+)")
 _CHECKPOINTS_OFF = re.compile(r"context checkpoints disabled")
+_PROJECTOR_LOADED = re.compile(r"loaded multimodal model, '(?P<path>[^']*)'")
+_PROJECTOR_BACKEND = re.compile(r"CLIP using (?P<backend>\S+) backend")
+_PROJECTOR_SIZE = re.compile(r"load_hparams: +(?:model|metadata) size: +(?P<mib>[\d.]+) MiB")
 _LAZY_READ = re.compile(r"tensor (?P<name>\S+) \(size = \d+ MiB\) lazy read enabled")
 _MLOCK_FAILED = re.compile(
     r"(?P<error>warning: (?:failed to (?:mlock|VirtualLock) \d+-byte buffer|"
@@ -256,4 +265,12 @@ def parse_launch_log(log: str) -> LaunchReport:
                              if (found := _MLOCK_FAILED.search(text))),
         lazy_tensors=tuple(found["name"] for line in target_lines
                            if (found := _LAZY_READ.search(message(line)))),
+        projector_path=first_group(_PROJECTOR_LOADED, texts, "path"),
+        projector_backend=first_group(_PROJECTOR_BACKEND, texts, "backend"),
+        projector_mib=_projector_mib(texts),
     )
+
+
+def _projector_mib(texts: list[str]) -> Decimal | None:
+    sizes = [Decimal(found["mib"]) for text in texts if (found := _PROJECTOR_SIZE.search(text))]
+    return sum(sizes, Decimal(0)) if sizes else None

@@ -215,6 +215,33 @@ def _lazy_tensors(value: object, report: LaunchReport) -> FieldCheck:
                       "no tensor logged 'lazy read enabled'")
 
 
+def _mmproj(value: object, report: LaunchReport) -> FieldCheck:
+    loaded = report.projector_path
+    return FieldCheck(str(value), loaded, "" if loaded else "no 'loaded multimodal model' line")
+
+
+def _projector_on_gpu(value: object, report: LaunchReport) -> FieldCheck:
+    backend = report.projector_backend
+    if backend is None:
+        return FieldCheck(value, None, "no 'CLIP using <backend> backend' line")
+    return FieldCheck(value, backend != "CPU", f"CLIP using {backend} backend")
+
+
+#: clip.cpp prints each size with two decimals: the sum is off by up to 0.01 MiB a figure.
+_PRINTED_MIB = Decimal("0.01") * 2
+
+
+def _projector_bytes(value: object, report: LaunchReport) -> FieldCheck:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"compare_launch: projector_bytes must be bytes, got {value!r}")
+    printed = report.projector_mib
+    if printed is None:
+        return FieldCheck(value, None, "no 'load_hparams: model size' line")
+    budget = Decimal(value) / (1 << 20)
+    return FieldCheck(value, printed, f"the projector's model and metadata: {printed} MiB, "
+                      f"the budget {budget:.2f} MiB", ok=abs(printed - budget) <= _PRINTED_MIB)
+
+
 _COMPARERS: dict[str, Comparer] = {
     "ctx_size": _ctx_size,
     "parallel": _field("n_slots"),
@@ -243,6 +270,9 @@ _COMPARERS: dict[str, Comparer] = {
     "spec_draft_sampling": _spec_draft_sampling,
     "ctx_checkpoints": _field("ctx_checkpoints"),
     "lazy_tensors": _lazy_tensors,
+    "mmproj": _mmproj,
+    "projector_on_gpu": _projector_on_gpu,
+    "projector_bytes": _projector_bytes,
     "checkpoint_min_step": _checkpoint_min_step,
     **PLACEMENT_COMPARERS,
 }
