@@ -27,11 +27,14 @@ CPU_UNVERIFIABLE: Mapping[str, str] = MappingProxyType({
                   "llama_prepare_model_devices): there is nothing to split the model over",
     "main_gpu": "a CPU build lists no GPU device (no 'using device' line from "
                 "llama_prepare_model_devices): there is no main GPU to pick",
-    "projector_on_gpu": "a CPU build runs the projector on the CPU whatever the plan: "
-                        "'CLIP using CPU backend'",
     "kv_offload": "on a CPU build llama_kv_cache puts every layer's cache on the CPU with or "
                   "without --no-kv-offload: the 'KV buffer size' line says CPU either way",
 })
+
+#: Why a CPU build cannot show a projector planned on a GPU (one planned on the host, it
+#: shows: ``CLIP using CPU backend``).
+PROJECTOR_ON_CPU = ("a CPU build runs the projector on the CPU whatever the plan: "
+                    "'CLIP using CPU backend'")
 
 #: Why ``--spec-draft-sampling`` cannot be seen on any build of the pinned source.
 SAMPLING_UNSHOWN = ("the draft sampling is printed nowhere: common/speculative.cpp's draft "
@@ -53,8 +56,8 @@ def unverifiable(expected: Mapping[str, object], backend: Backend) -> dict[str, 
     found: dict[str, str] = {}
     if backend is Backend.CPU:
         found.update({key: why for key, why in CPU_UNVERIFIABLE.items() if key in planned})
-        if planned.get("projector_on_gpu") is False:
-            found.pop("projector_on_gpu")  # planned on the host: 'CLIP using CPU' shows it
+        if planned.get("projector_on_gpu") is True:
+            found["projector_on_gpu"] = PROJECTOR_ON_CPU
     spec_types = str(planned.get("spec_type") or "none").split(",")
     if not any(t.startswith(_DRAFT_TYPE_PREFIX) for t in spec_types):
         why = (f"spec type {','.join(spec_types)} runs no draft-* implementation, so no "
