@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.probes.docker_engine import docker_engine
-from harness.runners.container_labels import MANAGED_LABEL
+from harness.runners.container_labels import MANAGED_LABEL, owner_of
 
 pytestmark = [pytest.mark.docker, pytest.mark.server]
 
@@ -32,11 +32,14 @@ def test_hold(start_server, fixture_set):
 """
 
 
-def _managed() -> list[str]:
+def _managed(owner_pid: int | None = None) -> list[str]:
+    """The harness's containers; with ``owner_pid``, only those that process started (a
+    parallel worker's own containers come and go beside this test)."""
     client = docker_engine()
     try:
         return [c.id for c in client.containers.list(all=True,
-                                                     filters={"label": f"{MANAGED_LABEL}=1"})]
+                                                     filters={"label": f"{MANAGED_LABEL}=1"})
+                if owner_pid is None or owner_of(c.labels)[1] == owner_pid]
     finally:
         client.close()
 
@@ -60,7 +63,7 @@ def test_a_killed_session_is_swept_by_the_next(tmp_path: Path, container_image: 
         for line in holder.stdout:
             if "SERVER-UP" in line or time.monotonic() > deadline:
                 break
-        left = set(_managed()) - before
+        left = set(_managed(owner_pid=holder.pid)) - before
         assert left, "the holding session should have a server container running"
     finally:
         os.killpg(holder.pid, signal.SIGKILL)
