@@ -23,6 +23,8 @@ from harness.planning.build_plan import (
     configure_argv,
     cublas_fix,
     cuda_toolkit_flags,
+    rpc_server_target,
+    wants_rpc_server,
 )
 
 
@@ -58,6 +60,26 @@ def test_build_argv_builds_only_the_server_target() -> None:
                                             "llama-server", "--parallel", "2"]
 
 
+def test_rpc_adds_ggmls_switch_and_its_server_target() -> None:
+    flags = BuildRequest(rpc=True).cmake_flags()
+    assert "-DGGML_RPC=ON" in flags
+    assert wants_rpc_server(flags)
+    assert not wants_rpc_server(BuildRequest().cmake_flags())
+    # The last switch wins, as in CMake: a user's -DGGML_RPC=OFF after --rpc turns it off.
+    assert not wants_rpc_server((*flags, "-DGGML_RPC=OFF"))
+    assert build_argv("cmake", "/b", 2, ("llama-server", "ggml-rpc-server"))[3:6] == [
+        "--target", "llama-server", "ggml-rpc-server"]
+
+
+@pytest.mark.parametrize(("cmake_lists", "target"), [
+    ("set(TARGET ggml-rpc-server)\nadd_executable(${TARGET} rpc-server.cpp)", "ggml-rpc-server"),
+    ("set(TARGET rpc-server)\nadd_executable(${TARGET} rpc-server.cpp)", "rpc-server"),
+    ("add_executable(something)", "ggml-rpc-server"),
+])
+def test_the_rpc_servers_target_is_read_from_the_tree(cmake_lists: str, target: str) -> None:
+    assert rpc_server_target(cmake_lists) == target
+
+
 def test_key_is_stable_and_changes_with_each_input() -> None:
     base = build_key("src1", BuildRequest(), "gcc 12")
     assert base == build_key("src1", BuildRequest(), "gcc 12")
@@ -67,10 +89,11 @@ def test_key_is_stable_and_changes_with_each_input() -> None:
         build_key("src1", BuildRequest(native=True), "gcc 12"),
         build_key("src1", BuildRequest(backend=Backend.VULKAN), "gcc 12"),
         build_key("src1", BuildRequest(extra_cmake_args=("-DX=1",)), "gcc 12"),
+        build_key("src1", BuildRequest(rpc=True), "gcc 12"),
         build_key("src1", BuildRequest(), "gcc 13"),
     }
     assert base not in variants
-    assert len(variants) == 5
+    assert len(variants) == 6
 
 
 # --- a native CUDA build: where this host's toolkit is ---------------------------------

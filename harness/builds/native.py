@@ -43,6 +43,8 @@ from harness.planning.build_plan import (
     build_key,
     configure_argv,
     cuda_toolkit_flags,
+    rpc_server_target,
+    wants_rpc_server,
 )
 from harness.probes.cuda_toolkit import require_cuda_toolkit
 from harness.probes.toolchain import Toolchain, find_toolchain
@@ -148,6 +150,8 @@ def build_server(
         started = time.monotonic()
         binary = _compile(directory, source, request, tools, compiler_cache(cache),
                           jobs=jobs or os.cpu_count() or 1, progress=progress)
+        rpc_server = _rpc_server_beside(binary) if wants_rpc_server(
+            request.cmake_flags()) else None
         info = BuildInfo(
             key=key,
             backend=request.backend,
@@ -159,6 +163,7 @@ def build_server(
             compiler=tools.compiler,
             build_seconds=round(time.monotonic() - started, 1),
             capabilities=parse_capabilities(_server_output(binary, "--help")),
+            rpc_server=str(rpc_server) if rpc_server else None,
         )
         write_json_atomic(directory / "build.json", info.to_json())
         return BuildResult(info=info, directory=directory, cache_hit=False)
@@ -212,10 +217,11 @@ def _compile(directory: Path, source: SourceTree, request: BuildRequest,
         env = ccache.environment(os.environ)
     _drop_stale_tree(tree, tools.toolchain.generator, cmake_source)
     log_path = directory / "build.log"
+    targets = (SERVER_TARGET, *_rpc_targets(source.path, request))
     steps = [
         (configure_argv(tools.toolchain.cmake, str(cmake_source), str(tree),
                         tools.toolchain.generator, request, toolchain_flags=flags), False),
-        (build_argv(tools.toolchain.cmake, str(tree), jobs), True),
+        (build_argv(tools.toolchain.cmake, str(tree), jobs, targets), True),
     ]
     # Line-buffered so `tail -f build.log` follows a running build.
     with log_path.open("w", encoding="utf-8", buffering=1) as log:
@@ -229,7 +235,35 @@ def _compile(directory: Path, source: SourceTree, request: BuildRequest,
     binary = directory / "bin" / SERVER_TARGET
     binary.parent.mkdir(exist_ok=True)
     shutil.copy2(built, binary)
+    for target in targets[1:]:
+        # Copied under the one name the harness looks for, whatever the tree called it.
+        extra = tree / "bin" / target
+        if not extra.is_file():
+            raise BuildError(f"the build finished but {extra} is missing; see {log_path}")
+        shutil.copy2(extra, directory / "bin" / RPC_SERVER_FILE)
     return binary
+
+
+#: The RPC server's file name in a build's ``bin/``.
+RPC_SERVER_FILE = "ggml-rpc-server"
+#: Where llama.cpp keeps the RPC server: tools/ at the pin, examples/ in older trees.
+_RPC_DIRS = ("tools/rpc", "examples/rpc")
+
+
+def _rpc_targets(source: Path, request: BuildRequest) -> tuple[str, ...]:
+    """The RPC server's target when the request turns the RPC backend on."""
+    if not wants_rpc_server(request.cmake_flags()):
+        return ()
+    for folder in _RPC_DIRS:
+        lists = source / folder / "CMakeLists.txt"
+        if lists.is_file():
+            return (rpc_server_target(lists.read_text(errors="replace")),)
+    raise BuildError(f"{source} has no RPC server ({' or '.join(_RPC_DIRS)}/CMakeLists.txt): "
+                     "this tree cannot build one; build it without --rpc")
+
+
+def _rpc_server_beside(binary: Path) -> Path:
+    return binary.parent / RPC_SERVER_FILE
 
 
 def _run_logged(argv: list[str], log: TextIO, log_path: Path,

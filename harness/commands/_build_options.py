@@ -16,7 +16,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def build_options(command: F) -> F:
-    """Add --backend, --native, --cmake-arg, --cuda-arch, --amdgpu-targets, --reduced."""
+    """Add --backend, --native, --cmake-arg, --cuda-arch, --amdgpu-targets, --reduced,
+    --rpc."""
     for option in reversed((
         click.option("--backend", type=click.Choice([b.value for b in Backend]),
                      default="cpu", show_default=True, help="ggml backend to build."),
@@ -34,19 +35,24 @@ def build_options(command: F) -> F:
         click.option("--reduced", is_flag=True,
                      help="CUDA/ROCm: the reduced variant CI builds — one architecture, no "
                           "FlashAttention kernels; named in the build key."),
+        click.option("--rpc", is_flag=True,
+                     help="Add ggml's RPC backend (GGML_RPC=ON) and build its RPC server "
+                          "(bin/ggml-rpc-server) beside llama-server: the build the "
+                          "multi-device suite spreads a model over RPC devices with."),
     )):
         command = option(command)
     return command
 
 
 def build_request(*, backend: str, native: bool, cmake_args: tuple[str, ...],
-                  cuda_archs: str, amdgpu_targets: str, reduced: bool) -> BuildRequest:
+                  cuda_archs: str, amdgpu_targets: str, reduced: bool,
+                  rpc: bool = False) -> BuildRequest:
     """The request the options above describe, or a usage error saying what is wrong."""
     chosen = Backend(backend)
     try:
         return BuildRequest(backend=chosen, native=native, extra_cmake_args=cmake_args,
                             gpu_archs=_gpu_archs(chosen, cuda_archs, amdgpu_targets),
-                            reduced=reduced)
+                            reduced=reduced, rpc=rpc)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
 

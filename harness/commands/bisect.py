@@ -126,13 +126,13 @@ def bisect_command(*, tree: Path | None, good: str, bad: str, script: str | None
                    ab_budget_s: float, design: str, reruns: int, first_parent: bool,
                    budget_s: float | None, max_builds: int | None, judge_limit_s: float,
                    backend: str, native: bool, cmake_args: tuple[str, ...], cuda_archs: str,
-                   amdgpu_targets: str, reduced: bool, out: Path, journal: Path | None,
+                   amdgpu_targets: str, reduced: bool, rpc: bool, out: Path, journal: Path | None,
                    run_json: Path | None, attach_to: str | None, service: str | None,
                    token: str | None, allure_results: Path | None, as_json: bool) -> None:
     """Find the commit between --good and --bad that made the oracle fail."""
     request = build_request(backend=backend, native=native, cmake_args=cmake_args,
                             cuda_archs=cuda_archs, amdgpu_targets=amdgpu_targets,
-                            reduced=reduced)
+                            reduced=reduced, rpc=rpc)
     if sum((script is not None, bool(tests), metric is not None)) != 1:
         raise click.UsageError("harness bisect needs one oracle: --script CMD, --test "
                                "NODEID (repeatable) or --metric NAME")

@@ -29,12 +29,15 @@ from harness.planning.container_plan import IMAGE_ARGS
                    "debootstrap when missing; CUDA and ROCm then install Debian's toolkits). "
                    "Default: the Dockerfile's bases if the engine has them, else local.")
 def build_command(*, backend: str, source: Path | None, native: bool, cmake_args: tuple[str, ...],
-          cuda_archs: str, amdgpu_targets: str, reduced: bool, container: bool,
+          cuda_archs: str, amdgpu_targets: str, reduced: bool, rpc: bool, container: bool,
           bases: tuple[str, ...]) -> None:
     """Build llama-server (cached by source, backend, flags and compiler or base images)."""
     request = build_request(backend=backend, native=native, cmake_args=cmake_args,
                             cuda_archs=cuda_archs, amdgpu_targets=amdgpu_targets,
-                            reduced=reduced)
+                            reduced=reduced, rpc=rpc)
+    if container and rpc:
+        raise click.UsageError("--rpc builds the RPC server as a native binary beside "
+                               "llama-server; images do not ship one: drop --container")
     if container:
         click.echo(build_image_with_progress(request, source, _parse_bases(bases)).image)
         return

@@ -57,6 +57,14 @@ class BuildInfo:
     #: Container builds: the image tag, and the ids of the images it was built from.
     image: str | None = None
     base_image_digest: str | None = None
+    #: The RPC server built beside the binary (``harness build --rpc``), else None.
+    rpc_server: str | None = None
+
+    @property
+    def has_rpc(self) -> bool:
+        """Whether this build can spread a model over RPC devices: its server takes
+        ``--rpc`` and its RPC server was built."""
+        return self.rpc_server is not None and self.capabilities.accepts_flag("--rpc")
 
     @property
     def version_line(self) -> str:
@@ -111,4 +119,5 @@ class BuildInfo:
             ),
             image=data.get("image"),
             base_image_digest=data.get("base_image_digest"),
+            rpc_server=data.get("rpc_server"),
         )

@@ -53,6 +53,12 @@ _ARCH_PATTERN: dict[Backend, re.Pattern[str]] = {
 REDUCED_DEFAULT_ARCH: dict[Backend, str] = {Backend.CUDA: "90", Backend.ROCM: "gfx1100"}
 
 SERVER_TARGET = "llama-server"
+#: The RPC server's CMake target at the pin (tools/rpc/CMakeLists.txt); releases before
+#: its rename call it ``rpc-server``, read from the tree by :func:`rpc_server_target`.
+RPC_SERVER_TARGET = "ggml-rpc-server"
+#: ggml's switch for the RPC backend: each ``rpc-server`` a llama-server is pointed at
+#: (``--rpc HOST:PORT,...``) is one more device to it.
+RPC_SWITCH = "-DGGML_RPC=ON"
 #: Bumped when the layout of a build directory changes, so old caches are not reused.
 LAYOUT_VERSION = 1
 
@@ -60,7 +66,7 @@ LAYOUT_VERSION = 1
 @dataclass(frozen=True)
 class BuildRequest:
     """What the user asked for: a backend, native CPU tuning or not, the GPU
-    architectures, the reduced variant or not, extra CMake flags.
+    architectures, the reduced variant or not, the RPC backend or not, extra CMake flags.
 
     ``gpu_archs`` are CUDA compute capabilities for CUDA and gfx targets for ROCm; empty
     means the toolchain's default (ggml's portable CUDA list; on ROCm the GPUs present,
@@ -74,6 +80,8 @@ class BuildRequest:
     extra_cmake_args: tuple[str, ...] = ()
     gpu_archs: tuple[str, ...] = ()
     reduced: bool = False
+    #: Add ggml's RPC backend and build its RPC server beside llama-server.
+    rpc: bool = False
 
     def __post_init__(self) -> None:
         if (self.gpu_archs or self.reduced) and self.backend not in _ARCH_FLAG:
@@ -113,6 +121,8 @@ class BuildRequest:
         if self.reduced:
             # ggml-hip compiles ggml-cuda's sources, so the one switch serves both.
             flags.append("-DGGML_CUDA_FA=OFF")
+        if self.rpc:
+            flags.append(RPC_SWITCH)
         flags.extend(self.extra_cmake_args)
         return tuple(flags)
 
@@ -198,5 +208,22 @@ def cublas_fix(cuda_major: int) -> str:
             f"pip install {wheel}`), or the toolkit's own cuBLAS")
 
 
-def build_argv(cmake: str, build_dir: str, jobs: int) -> list[str]:
-    return [cmake, "--build", build_dir, "--target", SERVER_TARGET, "--parallel", str(jobs)]
+def build_argv(cmake: str, build_dir: str, jobs: int,
+               targets: tuple[str, ...] = (SERVER_TARGET,)) -> list[str]:
+    return [cmake, "--build", build_dir, "--target", *targets, "--parallel", str(jobs)]
+
+
+def wants_rpc_server(cmake_flags: tuple[str, ...]) -> bool:
+    """Whether a build with these flags has the RPC backend (the last switch wins)."""
+    switches = [f for f in cmake_flags if f.startswith("-DGGML_RPC=")]
+    return bool(switches) and switches[-1].split("=", 1)[1].upper() in {"ON", "1", "TRUE"}
+
+
+_TARGET_LINE = re.compile(r"set\(\s*TARGET\s+([\w-]+)\s*\)")
+
+
+def rpc_server_target(cmake_lists: str) -> str:
+    """The RPC server's target named in its ``CMakeLists.txt`` text (``ggml-rpc-server`` at
+    the pin, ``rpc-server`` in older trees); the pin's name when the text names none."""
+    match = _TARGET_LINE.search(cmake_lists)
+    return match.group(1) if match else RPC_SERVER_TARGET
