@@ -7,6 +7,7 @@ the plan as a table or JSON.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -27,12 +28,17 @@ from harness.planning.decode_speed import (
     DecodePrediction,
     plan_bandwidths,
     predict_plan,
+    prediction_depths,
 )
+from harness.planning.device_speed import SpreadPrediction, predict_spread
 from harness.planning.launch_plan import LaunchPlan, PlanRequest, plan_launch
 from harness.planning.rocm_env import RocmLaunchEnv
 from harness.probes.bundles import load_bundle
+from harness.probes.device_list import load_device_list
 from harness.probes.host_memory import host_memory
 
+#: What the plan predicts decode at: one device (or none), or a spread over several.
+Prediction = DecodePrediction | SpreadPrediction
 _SETTING_OPTIONS = ("ctx_size", "parallel", "cache_type_k", "cache_type_v", "flash_attn")
 
 
@@ -54,19 +60,27 @@ _SETTING_OPTIONS = ("ctx_size", "parallel", "cache_type_k", "cache_type_v", "fla
                    "llama-server binary or a build key (default: the cached CPU build).")
 @click.option("--configs", type=click.Path(path_type=Path, file_okay=False, exists=True),
               help="Card config folder (default: the packaged configs/gpu).")
+@click.option("--device-config", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="Spread the model over the devices this file lists (cards and RPC "
+                   "endpoints; configs/gpu/devices/README.md) instead of one --gpu.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 def plan_command(*, gpu_name: str | None, vram_mib: int | None, bundle: Path | None,
                  model: Path | None, build_name: str | None, configs: Path | None,
-                 as_json: bool, **overrides: Any) -> None:
+                 device_config: Path | None, as_json: bool, **overrides: Any) -> None:
     """Plan a launch and print it: fields with origins, reasons, KV cache, argv."""
     if (bundle is None) == (model is None):
         raise click.UsageError("give exactly one of --bundle PATH or --model PATH")
     if (gpu_name is None) != (vram_mib is None):
         raise click.UsageError("--gpu and --vram-mib go together")
+    if device_config is not None and gpu_name is not None:
+        raise click.UsageError("give one GPU (--gpu) or a device list (--device-config)")
     build = (resolve_named_build(build_name, cache_root(), option="--build") if build_name
              else _cached_build())
     request = plan_request(bundle, model, gpu_name=gpu_name, vram_mib=vram_mib, build=build,
                            overrides=overrides, configs=configs)
+    if device_config is not None:
+        request = dataclasses.replace(request, devices=load_device_list(
+            device_config, request.configs))
     plan = plan_launch(request)
     prediction = _predict(plan, request)
     binary = str(build.binary) if build else "llama-server"
@@ -78,9 +92,18 @@ def plan_command(*, gpu_name: str | None, vram_mib: int | None, bundle: Path | N
         _print(plan, binary, build, prediction)
 
 
-def _predict(plan: LaunchPlan, request: PlanRequest) -> tuple[DecodePrediction, ...] | str:
-    """The plan's predicted decode speed, or why there is none (planning/decode_speed.py)."""
-    bandwidths = plan_bandwidths(plan, request.gpu, host_memory(cache_root()).bandwidth())
+def _predict(plan: LaunchPlan, request: PlanRequest) -> tuple[Prediction, ...] | str:
+    """The plan's predicted decode speed, or why there is none (planning/decode_speed.py,
+    planning/device_speed.py for a spread over several devices)."""
+    host = host_memory(cache_root()).bandwidth()
+    if plan.devices is not None:
+        context = plan.kv.n_ctx_seq if plan.kv is not None and plan.kv.valid else (
+            request.model.context_length)
+        return tuple(predict_spread(request.model, plan.devices, plan.kv,
+                                    host_gbps=host.read_gbps, depth=depth,
+                                    kv_offload=plan.spec.kv_offload is not False)
+                     for depth in prediction_depths(context))
+    bandwidths = plan_bandwidths(plan, request.gpu, host)
     if isinstance(bandwidths, str):
         return bandwidths
     return predict_plan(plan, request.model, bandwidths)
@@ -119,7 +142,7 @@ def _launch_env(build: BuildUnderTest | None) -> RocmLaunchEnv | None:
 
 
 def _print(plan: LaunchPlan, binary: str, build: BuildUnderTest | None,
-           prediction: tuple[DecodePrediction, ...] | str) -> None:
+           prediction: tuple[Prediction, ...] | str) -> None:
     console = Console(soft_wrap=True)
     console.print(f"[bold]route[/] {plan.route.backend.value} ({plan.route.reason.value}): "
                   f"{plan.route.detail}", highlight=False)
@@ -135,6 +158,12 @@ def _print(plan: LaunchPlan, binary: str, build: BuildUnderTest | None,
         value = getattr(plan.spec, name)
         table.add_row(name, str(getattr(value, "value", value)), origin)
     console.print(table)
+    if plan.devices is not None:
+        console.print(f"[bold]devices[/] --split-mode {plan.devices.split_mode}, "
+                      f"--tensor-split {plan.devices.tensor_split_arg} "
+                      f"({plan.devices.spread})", highlight=False)
+        for row in plan.devices.describe_rows():
+            console.print(f"  - {row}", highlight=False, markup=False)
     if plan.kv is not None:
         kv = plan.kv
         console.print(f"[bold]KV cache[/] {kv.cells} cells, K {kv.k_bytes} bytes, "

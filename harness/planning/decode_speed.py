@@ -34,7 +34,7 @@ from harness.facts.model_facts import ModelFacts
 from harness.planning.autotune import TuneSource
 from harness.planning.kv import KvPlan
 from harness.planning.launch_plan import LaunchPlan
-from harness.planning.planned_share import OffloadRequest, place_layers
+from harness.planning.planned_share import LayerPlacement, OffloadRequest, place_layers
 
 #: The share of a GPU's theoretical bandwidth llama.cpp reaches in decode (reference 004).
 GPU_EFFICIENCY = 0.7
@@ -109,25 +109,17 @@ def predict_decode(model: ModelFacts, spec: OffloadRequest, kv: KvPlan | None,
     """
     gpu_device = bandwidths.gpu_gbps is not None
     placement = place_layers(model, spec, gpu_device=gpu_device)
-    share = (model.expert_used_count / model.expert_count
-             if model.expert_count and model.expert_used_count else 1.0)
+    share = expert_share(model)
     gpu = host = 0.0
     for placed in placement.layers:
-        layer = placed.layer
-        expert, dense = layer.expert * share, float(layer.dense_ffn)
-        kept = (expert if placed.expert_on_host else 0.0) + (
-            dense if placed.dense_ffn_on_host else 0.0)
-        read = layer.other + expert + dense
-        if placed.on_gpu:
-            gpu += read - kept
-            host += kept
-        else:
-            host += read
+        on_device, on_host = block_reads(placed, share)
+        gpu += on_device
+        host += on_host
     if placement.output_on_gpu:
         gpu += model.output_bytes
     else:
         host += model.output_bytes
-    kv_read = _kv_bytes_read(kv, depth) * kv_read_cost
+    kv_read = kv_bytes_read(kv, depth) * kv_read_cost
     gpu_blocks = sum(1 for placed in placement.layers if placed.on_gpu)
     kv_gpu_share = gpu_blocks / model.block_count if kv_offload and model.block_count else 0.0
     gpu += kv_read * kv_gpu_share
@@ -143,13 +135,33 @@ def predict_decode(model: ModelFacts, spec: OffloadRequest, kv: KvPlan | None,
         caveat=_caveat(round(host), bandwidths.last_level_cache_bytes))
 
 
+def expert_share(model: ModelFacts) -> float:
+    """The share of a block's routed experts one token reads (1 for a dense model)."""
+    return (model.expert_used_count / model.expert_count
+            if model.expert_count and model.expert_used_count else 1.0)
+
+
+def block_reads(placed: LayerPlacement, share: float) -> tuple[float, float]:
+    """Bytes one token reads of a block: on its device, and in host memory (the whole
+    block off the GPU; the FFN parts an override keeps there)."""
+    layer = placed.layer
+    expert, dense = layer.expert * share, float(layer.dense_ffn)
+    read = layer.other + expert + dense
+    if not placed.on_gpu:
+        return 0.0, read
+    kept = (expert if placed.expert_on_host else 0.0) + (
+        dense if placed.dense_ffn_on_host else 0.0)
+    return read - kept, kept
+
+
 def prediction_depths(context: int) -> tuple[int, ...]:
     """The depths a plan is predicted at: :data:`SHORT_DEPTH` and 60 % of the context."""
     deep = int(context * DEEP_SHARE)
     return (SHORT_DEPTH, deep) if deep > SHORT_DEPTH else (min(SHORT_DEPTH, context),)
 
 
-def _kv_bytes_read(kv: KvPlan | None, depth: int) -> float:
+def kv_bytes_read(kv: KvPlan | None, depth: int) -> float:
+    """The K/V bytes one token reads at ``depth`` (every cache up to its own cells)."""
     if kv is None or not kv.valid:
         return 0.0
     read = 0.0

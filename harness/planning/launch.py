@@ -57,6 +57,10 @@ class LaunchSpec:
     cpu_moe: bool = False
     n_cpu_ffn: int | None = None
     threads: int | None = None
+    #: A spread over several devices (harness.planning.multi_device): units per device,
+    #: and the RPC servers that are devices, ``HOST:PORT,...``.
+    tensor_split: str | None = None
+    rpc: str | None = None
     log_verbosity: int = INFO_VERBOSITY
     metrics: bool = False
     extra_args: tuple[str, ...] = ()
@@ -115,6 +119,8 @@ VALUE_FLAGS: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
     ("n_cpu_moe", "--n-cpu-moe", int),
     ("n_cpu_ffn", "--n-cpu-ffn", int),
     ("threads", "--threads", int),
+    ("tensor_split", "--tensor-split", str),
+    ("rpc", "--rpc", str),
 )
 #: Launch-only field → flag that is present or absent.
 SWITCH_FLAGS: tuple[tuple[str, str], ...] = (

@@ -27,6 +27,7 @@ from typing import Any
 from harness.errors import ConfigError, UnsupportedByBuildError
 from harness.facts.build import Backend, Capabilities
 from harness.facts.catalog import Bundle, CatalogEntry
+from harness.facts.device_list import DeviceList
 from harness.facts.gpu import ForkKvType, GpuConfig, GpuInfo, LazyMode, ServerSettings
 from harness.facts.model_facts import ModelFacts
 from harness.planning.autotune import ENV_PREFIX, TuneResult, autotune
@@ -37,18 +38,15 @@ from harness.planning.capability import (
     fit_cache_types,
     not_supported_reason,
 )
+from harness.planning.device_step import device_budget, plan_device_step
 from harness.planning.draft_sampling import sampling_left_out
 from harness.planning.drafter import DrafterDecision, DrafterInputs, KvOutcome, decide_drafter
 from harness.planning.fitting import FitInputs, max_context_at
-from harness.planning.kv import (
-    AUTO_PARALLEL,
-    KvPlan,
-    kv_bytes_per_token,
-    layout_from_facts,
-)
+from harness.planning.kv import AUTO_PARALLEL, KvPlan, kv_bytes_per_token, layout_from_facts
 from harness.planning.kv_step import plan_kv_step
 from harness.planning.launch import LaunchSpec, field_of_flag
 from harness.planning.lazy_tensors import LazyPlan, plan_lazy
+from harness.planning.multi_device import DevicePlan
 from harness.planning.offload import OffloadKind, OffloadPlan, plan_offload
 from harness.planning.offload_fields import offload_substitute, offload_switches
 from harness.planning.release_rules import NotModelled, release_lacks
@@ -103,6 +101,9 @@ class PlanRequest:
     #: A ROCm build's launch environment (``harness.probes.rocm_launch``): the devices it
     #: has no code for hidden, its kernel packs routed. None for other builds.
     launch_env: RocmLaunchEnv | None = None
+    #: Several devices to spread the model over (``--device-config``; RPC servers), in
+    #: llama.cpp's device order; None: one GPU (``gpu``) or none.
+    devices: DeviceList | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,8 @@ class LaunchPlan:
     #: Variables the server is launched (and its devices probed) with, beyond the
     #: runner's own: a ROCm build's launch environment.
     environment: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    #: Each device's share of a spread over several (``harness.planning.multi_device``).
+    devices: DevicePlan | None = None
 
     @property
     def not_supported(self) -> tuple[str, ...]:
@@ -170,6 +173,7 @@ class LaunchPlan:
                 "tensors": list(self.lazy.tensors), "bytes": self.lazy.lazy_bytes,
                 "reason": self.lazy.reason},
             "environment": dict(self.environment),
+            "devices": None if self.devices is None else self.devices.to_json(),
             "argv": self.to_argv(binary, "127.0.0.1", 0),
         }
 
@@ -235,6 +239,9 @@ def plan_launch(request: PlanRequest) -> LaunchPlan:
         for name, value in offload_switches(offload).items():
             launch[name] = value
             origins[name] = OFFLOAD
+    devices, settings = plan_device_step(request.model, request.devices, offload, kv,
+                                         settings=settings, origins=origins, launch=launch,
+                                         reasons=reasons)
     spec = LaunchSpec.from_settings(request.model_path, settings, **launch)
     unsupported = (unsupported_features(spec, request.capabilities)
                    + release_lacks(spec.spec_type, request.model.architecture,
@@ -252,6 +259,7 @@ def plan_launch(request: PlanRequest) -> LaunchPlan:
         reasons=tuple(r for r in reasons if r), warnings=tuple(warnings),
         unsupported=unsupported,
         environment=request.launch_env.environment if request.launch_env else {},
+        devices=devices,
     )
 
 
@@ -344,20 +352,21 @@ def _fit_inputs(request: PlanRequest, config: GpuConfig, drafter_bytes: int,
 def _plan_offload(request: PlanRequest, kv: KvPlan | None, drafter: DrafterDecision,
                   config: GpuConfig | None, reasons: list[str], *,
                   vision_gpu_bytes: int) -> OffloadPlan | None:
-    if request.gpu is None:
+    context = kv.n_ctx if kv is not None and kv.valid else request.model.context_length
+    budget = device_budget(request.gpu, config, request.devices, context)
+    if budget is None:
         reasons.append("no GPU: weights and KV stay in system memory, no offload planning")
         return None
-    headroom = config.reserved_headroom_mib if config else 0
     # The runtime's additional GPU bytes: the vision budget plus the drafter's.
     drafter_bytes = vision_gpu_bytes + (request.drafter_model.file_size
                                         if request.drafter_model and drafter.drafter_path
                                         else 0)
     plan = plan_offload(
-        request.model, (request.gpu.vram_mib - headroom) << 20,
-        kv.total_bytes if kv and kv.valid else 0,
+        request.model, budget.bytes, kv.total_bytes if kv and kv.valid else 0,
         request.ram_budget_bytes if request.ram_budget_bytes is not None else _UNBOUNDED_RAM,
         drafter_bytes, unavailable=unavailable_offload_kinds(request.capabilities),
-        avoided=request.avoid_offload,
+        avoided=request.avoid_offload, compute_reserve_bytes=budget.compute_reserve_bytes,
+        margin_bytes=budget.margin_bytes,
     )
     reasons.append(plan.reason)
     return plan
