@@ -11,6 +11,9 @@ bash scripts/setup.sh
 # content changed (mypy compares hashes when the times differ), not all of them.
 MYPY_CACHE_DIR=${MYPY_CACHE_DIR:-${HARNESS_CACHE:-$HOME/.cache/llama-harness}/mypy} .venv/bin/mypy
 .venv/bin/harness build --backend cpu >/dev/null
+# The suites' own build: the same with the RPC backend and its server (the multi-device
+# suite's devices; harness/planning/build_plan.py SUITE_BUILD).
+.venv/bin/harness build --backend cpu --rpc >/dev/null
 # The slowed build of the pinned source that the A/B tests use as a candidate
 # (harness/builds/slowed.py; one more CPU build the first time, a cache hit after).
 .venv/bin/python -c 'from harness.builds.slowed import ensure_slowed_build as build

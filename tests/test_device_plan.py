@@ -3,6 +3,7 @@ rule, the equal-headroom spread, the fallback in order, and the flags it sends."
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from harness.facts.model_facts import LayerBytes, ModelFacts
 from harness.planning.device_speed import predict_spread
 from harness.planning.launch import LaunchSpec
 from harness.planning.launch_plan import PlanRequest, plan_launch
-from harness.planning.multi_device import assigned_units, plan_devices
+from harness.planning.multi_device import assigned_units, plan_devices, step_down
 from harness.planning.planned_share import Offload
 from harness.probes.device_list import rpc_device_list
 from harness.probes.gguf_facts import read_model_facts
@@ -187,3 +188,21 @@ def test_the_spread_prediction_adds_each_devices_time_and_its_hop() -> None:
     assert second.seconds == pytest.approx(second.bytes_per_token / (5e9 * 0.7) + 1e-4)
     assert first.bytes_per_token + second.bytes_per_token == (6 * 10 + 4) * MIB
     assert predicted.tokens_per_s == pytest.approx(1 / (first.seconds + second.seconds))
+
+
+def test_a_step_down_moves_at_least_one_unit_off_the_device_that_ran_out() -> None:
+    plan = plan_devices(_model(), _rpc(1000, 1000), Offload(n_gpu_layers=99), kv_bytes=0,
+                        context=0)
+    key = plan.shares[1].device.key
+    steps = [plan.shares[1].units]
+    for _ in range(10):
+        plan = plan_devices(_model(), step_down(plan, key), Offload(n_gpu_layers=99),
+                            kv_bytes=0, context=0)
+        steps.append(plan.shares[1].units)
+        if not plan.shares[1].units:
+            break
+    assert all(later < earlier for earlier, later in itertools.pairwise(steps)), steps
+    assert steps[-1] == 0
+    assert plan.shares[0].units == 7  # the other device took every unit
+    with pytest.raises(KeyError):
+        step_down(plan, "nowhere:1")

@@ -16,7 +16,7 @@ from harness.commands.report import default_history_path
 from harness.commands.store import store_run
 from harness.errors import HarnessError
 from harness.paths import SUITES_DIR, suites_pytest_config
-from harness.planning.build_plan import BuildRequest
+from harness.planning.build_plan import SUITE_BUILD
 from harness.plugin.recording.run_file import new_run_id
 from harness.report.allure import generate_report
 from harness.report.baseline_figures import baseline_picture
@@ -52,7 +52,7 @@ def run_command(*, alluredir: Path, report_dir: Path, run_record: Path, results_
         single_file: bool, workers: str, bundles: Path | None,
         pytest_args: tuple[str, ...]) -> None:
     """The main job: build, fixtures, suites, run record into the store, Allure report."""
-    result = build_with_progress(BuildRequest(), None)
+    result = build_with_progress(SUITE_BUILD, None)
     fixture_set = modelgen.ensure_fixtures()
     console.print(f"[bold]fixtures[/] {fixture_set.root}")
     alluredir, report_dir, run_record = (p.absolute() for p in (alluredir, report_dir, run_record))

@@ -201,6 +201,13 @@ def cublas_wheel_name(cuda_major: int) -> str:
     return "nvidia-cublas" if cuda_major >= 13 else f"nvidia-cublas-cu{cuda_major}"
 
 
+#: The build the suites run when none is named (the main job, ``pytest suites``): the
+#: pinned CPU build with the RPC backend and its server, so that the multi-device suite
+#: spreads a model over real RPC devices on every machine. Without ``--rpc`` in a launch
+#: the backend adds no device and changes nothing the other suites see.
+SUITE_BUILD = BuildRequest(rpc=True)
+
+
 def cublas_fix(cuda_major: int) -> str:
     """How to get cuBLAS for a CUDA major version, as an error or doctor row says it."""
     wheel = cublas_wheel_name(cuda_major)

@@ -23,6 +23,7 @@ compute buffer, reference 004's 3.5 KiB per context token split over the devices
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -190,6 +191,22 @@ def plan_devices(model: ModelFacts, devices: DeviceList, offload: OffloadRequest
     return DevicePlan(devices, shares, len(units), n_layer + 1,
                       "none" if one else "layer", 0 if one else None, counts, spread, reasons,
                       offload)
+
+
+def step_down(plan: DevicePlan, key: str) -> DeviceList:
+    """The device list for the next start after the device ``key`` could not allocate its
+    share: its memory cut to what the plan put there less one unit's cost, so that at least
+    one unit moves off it (reference 003's one step per out-of-memory start, per device).
+    Raises KeyError for a key the plan has no device for."""
+    share = plan.share_of(key)
+    if share is None:
+        raise KeyError(key)
+    unit = (share.weight_bytes + share.kv_bytes) // max(share.units, 1)
+    budget_mib = max(0, (share.used_bytes - max(unit, MIB)) // MIB)
+    device = dataclasses.replace(share.device,
+                                 memory_mib=share.device.reserved_mib + budget_mib)
+    return dataclasses.replace(plan.devices, devices=tuple(
+        device if d.key == key else d for d in plan.devices.devices))
 
 
 def _spread(costs: Sequence[int], budgets: Sequence[int]) -> tuple[tuple[int, ...], str]:

@@ -30,7 +30,7 @@ from harness.facts.build import GPU_BACKENDS, Backend, Capabilities
 from harness.facts.catalog import Bundle
 from harness.facts.gpu import GpuInfo
 from harness.paths import cache_root
-from harness.planning.build_plan import BuildRequest
+from harness.planning.build_plan import SUITE_BUILD, BuildRequest
 from harness.planning.rocm_env import RocmLaunchEnv
 from harness.probes.bundle_folder import load_bundle_folder
 from harness.probes.devices import Device
@@ -300,7 +300,10 @@ class HarnessSession:
                 return resolve_named_build(options.server_bin, cache,
                                            option="--harness-server-bin")
             source = Path(options.source) if options.source else None
-            return from_result(ensure_build(cache, BuildRequest(), source))
+            # A tree of the user's own may predate the RPC server: built plain, and the
+            # multi-device suite skips naming what the build lacks.
+            request = SUITE_BUILD if source is None else BuildRequest()
+            return from_result(ensure_build(cache, request, source))
         except HarnessError as exc:
             raise pytest.UsageError(f"no build under test: {exc}") from exc
 

@@ -99,9 +99,12 @@ class AllocFailure:
 _MAPPED_SUFFIX = "_Mapped"
 #: A device of a GPU backend, or a buffer on one: the backend's name and an index (the names
 #: ``harness.verdicts.gpu_signals.GpuBackend`` lists; host buffers such as ``CUDA_Host`` and
-#: ``CPU`` do not match). Kept here, not taken from gpu_use, because gpu_use imports this
+#: ``CPU`` do not match). llama.cpp's RPC devices count too: ``RPC0`` in a ``using device``
+#: line, and every RPC buffer labelled ``RPC<n>[<endpoint>]`` (ggml-rpc names each
+#: server's buffer type so). Kept here, not taken from gpu_use, because gpu_use imports this
 #: module; ``placement_checks`` reads ``--main-gpu``'s index from it.
-GPU_DEVICE_NAME = re.compile(r"^(?:CUDA|ROCm|Vulkan|SYCL|MTL)(?P<index>\d+)$")
+GPU_DEVICE_NAME = re.compile(
+    r"^(?:CUDA|ROCm|Vulkan|SYCL|MTL|RPC)(?P<index>\d+)(?:\[(?P<endpoint>[^\]]+)\])?$")
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,9 @@ class BlockReport:
     load_mode: LoadMode | None = None
     #: ``creating a Meta device … N devices``: the model is split by tensor over N devices.
     tensor_split_devices: int | None = None
+    #: ``-lv 5``'s ``layer N assigned to device NAME`` lines as (N, NAME); layer ``n_layer``
+    #: is the output layer. Empty at lower verbosity.
+    layer_devices: tuple[tuple[int, str], ...] = ()
 
     @property
     def model_buffers_mib(self) -> dict[str, Decimal]:
@@ -192,6 +198,8 @@ _LOAD_MODE = re.compile(
     r"(?P<mode>" + "|".join(re.escape(m.value) for m in LoadMode) + r")\)")
 _TENSOR_SPLIT = re.compile(
     r"creating a Meta device (?:for tensor parallelism from|with) (?P<n>\d+) devices")
+_LAYER_DEVICE = re.compile(r"load_tensors: layer\s+(?P<layer>\d+) assigned to device "
+                           r"(?P<device>[^\s,]+)")
 _ALLOC_FAILED = (
     re.compile(r"failed to allocate (?P<buf>\S+) buffer of size \d+"),
     re.compile(r"unable to allocate (?P<buf>\S+) buffer"),
@@ -239,6 +247,8 @@ def parse_block(block: LogBlock) -> BlockReport:
         alloc_failures=tuple(_alloc_failures(messages)),
         load_mode=LoadMode(load_mode) if load_mode else None,
         tensor_split_devices=int(tensor_split) if tensor_split else None,
+        layer_devices=tuple((int(found["layer"]), found["device"]) for text in messages
+                            if (found := _LAYER_DEVICE.search(text))),
     )
 
 

@@ -47,14 +47,17 @@ _DRAFT_TYPE_PREFIX = "draft-"
 _DRAFT_FIELDS = ("spec_draft_n_min", "spec_draft_n_max", "spec_draft_p_min")
 
 
-def unverifiable(expected: Mapping[str, object], backend: Backend) -> dict[str, str]:
+def unverifiable(expected: Mapping[str, object], backend: Backend, *,
+                 rpc_devices: bool = False) -> dict[str, str]:
     """The planned fields of ``expected`` (``compare_launch`` keys) that a ``backend`` build's
     server cannot show for this plan, each with the reason; ``compare_launch`` would call
-    them mismatches. Unplanned (None) fields are not listed.
+    them mismatches. Unplanned (None) fields are not listed. ``rpc_devices``: the launch
+    spreads the model over RPC devices (``--rpc``), which a CPU build with the RPC backend
+    offloads to, names in ``using device`` lines and puts buffers on like GPUs.
     """
     planned = {key: value for key, value in expected.items() if value is not None}
     found: dict[str, str] = {}
-    if backend is Backend.CPU:
+    if backend is Backend.CPU and not rpc_devices:
         found.update({key: why for key, why in CPU_UNVERIFIABLE.items() if key in planned})
         if planned.get("projector_on_gpu") is True:
             found["projector_on_gpu"] = PROJECTOR_ON_CPU

@@ -1,0 +1,229 @@
+"""Multi-device: one model spread over several devices, planned, launched and verified
+from the server's own log (docs/multi-device.md).
+
+The devices are llama.cpp's RPC devices: ``ggml-rpc-server`` processes on loopback, each
+under its own memory cap (an address-space limit: harness/runners/rpc_devices.py), each
+one more ggml device to ``llama-server --rpc``. On a multi-GPU runner the same plan,
+launch and checks run over its cards. The build needs the RPC backend and its server
+(``harness build --rpc``); a build without them skips every test here and says so.
+
+What is checked: each device holds the blocks, weights and KV cache the plan gave it
+(``-lv 5``'s unit assignment lines and the per-device buffer lines), the GPU-only planned
+fields show on these devices, the spread computes what one device computes, a device
+that cannot hold its share fails the start with its own allocation error and the ladder
+moves units off it, and a device that dies mid-run is named, not waited for.
+
+The module stays whole: it is one suite (one capability, one Allure suite label), and its
+tests share the RPC servers' fixtures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from harness import modelgen
+from harness.builds.under_test import BuildUnderTest
+from harness.client import ServerClient
+from harness.errors import ServerApiError, ServerError
+from harness.facts.device_list import MIB, DeviceList
+from harness.numerics.fingerprint import divergence, record_fingerprint_of
+from harness.numerics.probe import greedy_distributions
+from harness.numerics.token_bytes import read_token_bytes
+from harness.paths import cache_root
+from harness.planning.launch import LaunchSpec
+from harness.planning.launch_plan import LaunchPlan
+from harness.planning.multi_device import step_down
+from harness.plugin import PlanFor, StartServer
+from harness.probes.device_list import rpc_device_list
+from harness.probes.host_memory import host_memory
+from harness.runners.rpc_devices import RpcServer, rpc_servers
+from harness.verdicts.device_shares import check_device_shares
+from harness.verdicts.launch_report import parse_launch_log
+from harness.verdicts.plan_check import compare_launch
+from harness.verdicts.rpc_failure import failed_device_allocation, rpc_failure
+from harness.verdicts.unverifiable_fields import unverifiable
+
+pytestmark = pytest.mark.server
+
+MODEL = "bench"
+#: A small context keeps each device's KV and compute buffers small beside the weights.
+SETTINGS = {"ctx_size": 256, "parallel": 1}
+#: What each RPC server may hold: bench's weights are 36.8 MiB, so one device holds it
+#: all and two or three hold it with room to spare.
+ROOMY_MIB = 96
+#: A device too small for the share a wrong device list gives it: the even split puts four
+#: of bench's blocks (24 MiB of weights) on the first device, and a server capped at 2 MiB
+#: holds at most 18 (the cap plus the RPC server's own margin, CAP_MARGIN_BYTES).
+TIGHT_MIB = 2
+#: One start per rung: the ladder gives up after this many out-of-memory starts.
+LADDER_STEPS = 6
+#: The spread and one device run the same CPU kernels: measured KL divergence 0 on every
+#: position of the 48-token probe. Anything visible is a real difference.
+SAME_NUMBERS_KLD = 1e-6
+
+Spread = Callable[..., tuple[list[RpcServer], DeviceList]]
+
+
+@pytest.fixture(scope="module")
+def rpc_server_binary(harness_build: BuildUnderTest) -> Path:
+    info = harness_build.info
+    if info is None or info.rpc_server is None:
+        pytest.skip(f"the build under test ({harness_build.key}) has no RPC backend and "
+                    "server: build one with `harness build --rpc` and pass it with "
+                    "--harness-build")
+    return Path(info.rpc_server)
+
+
+@pytest.fixture
+def spread(rpc_server_binary: Path, tmp_path: Path) -> Iterator[Spread]:
+    """``spread(caps_mib, listed_mib=None)``: RPC servers capped at ``caps_mib`` and the
+    device list naming them with ``listed_mib`` (default: the caps); all stopped after."""
+    stacks: list[object] = []
+    bandwidth = host_memory(cache_root()).read_gbps
+
+    def start(caps_mib: list[int], listed_mib: list[int] | None = None,
+              ) -> tuple[list[RpcServer], DeviceList]:
+        manager = rpc_servers(rpc_server_binary, [c * MIB for c in caps_mib],
+                              tmp_path / f"rpc-{len(stacks)}")
+        servers = manager.__enter__()
+        stacks.append(manager)
+        devices = rpc_device_list([s.endpoint for s in servers], listed_mib or caps_mib,
+                                  bandwidth_gbps=bandwidth)
+        return list(servers), devices
+
+    yield start
+    for manager in reversed(stacks):
+        manager.__exit__(None, None, None)  # type: ignore[attr-defined]
+
+
+def _verbose(plan: LaunchPlan) -> LaunchSpec:
+    """The plan's spec at ``-lv 5``: the loader names every unit's device."""
+    return dataclasses.replace(plan.spec, log_verbosity=5)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_each_device_holds_its_planned_share(count: int, plan_for: PlanFor,
+                                             start_server: StartServer,
+                                             harness_build: BuildUnderTest,
+                                             spread: Spread) -> None:
+    _, devices = spread([ROOMY_MIB] * count)
+    plan = plan_for(model=MODEL, devices=devices, per_call=SETTINGS)
+    assert plan.devices is not None
+    assert all(share.units for share in plan.devices.shares), plan.devices.describe_rows()
+    server = start_server(_verbose(plan))
+    report = parse_launch_log(server.log_text())
+    assert report.target is not None
+    checks = check_device_shares(plan.devices, report.target, n_layer=6)
+    assert all(check.ok for check in checks), "\n".join(c.describe() for c in checks)
+    # The GPU-only fields a CPU build cannot show are shown by the RPC devices.
+    expected = {name: getattr(plan.spec, name)
+                for name in ("n_gpu_layers", "split_mode", "main_gpu", "kv_offload")}
+    expected["kv_offload"] = True  # the default the plan leaves unset
+    assert (expected["split_mode"], expected["main_gpu"]) == (
+        ("none", 0) if count == 1 else ("layer", None))
+    assert unverifiable(expected, harness_build.backend, rpc_devices=True) == {}
+    mismatches = compare_launch(expected, report)
+    assert not mismatches, "\n".join(map(str, mismatches))
+
+
+def test_a_device_the_launch_left_unused_fails_by_name(plan_for: PlanFor,
+                                                       start_server: StartServer,
+                                                       spread: Spread) -> None:
+    _, devices = spread([ROOMY_MIB, ROOMY_MIB])
+    plan = plan_for(model=MODEL, devices=devices, per_call=SETTINGS)
+    assert plan.devices is not None
+    # A launch path that drops the plan's split: every unit on the first device.
+    units = plan.devices.n_gpu_layers
+    server = start_server(dataclasses.replace(_verbose(plan), tensor_split=f"{units},0"))
+    report = parse_launch_log(server.log_text())
+    assert report.target is not None
+    first, second = check_device_shares(plan.devices, report.target, n_layer=6)
+    assert not second.ok
+    assert f"the plan gave {devices.devices[1].key}" in second.describe()
+    assert "left unused" in second.describe()
+    assert not first.ok  # it holds more than planned, and says so
+    assert "weights" in first.describe()
+
+
+def test_one_device_and_the_spread_compute_the_same_numbers(fixture_set: modelgen.FixtureSet,
+                                                            plan_for: PlanFor,
+                                                            start_server: StartServer,
+                                                            spread: Spread) -> None:
+    model = fixture_set.model(MODEL)
+    token_bytes = read_token_bytes(model)
+    n_vocab = len(token_bytes)
+    _, devices = spread([ROOMY_MIB, ROOMY_MIB])
+    fingerprints = []
+    for plan in (plan_for(model=MODEL, per_call=SETTINGS),
+                 plan_for(model=MODEL, devices=devices, per_call=SETTINGS)):
+        server = start_server(plan.spec)
+        with ServerClient(server.base_url) as client:
+            _, reported = greedy_distributions(client, n_vocab, token_bytes)
+        fingerprints.append(record_fingerprint_of(reported))
+        server.stop()
+    one, spread_over = fingerprints
+    change = divergence(one, spread_over)
+    assert change.first_difference is None, (
+        f"the greedy token differs at position {change.first_difference}: one device "
+        f"{one.tokens}, the spread {spread_over.tokens}")
+    assert change.max_kld <= SAME_NUMBERS_KLD, (
+        f"KL divergence {change.max_kld:.3g} at position {change.at}, over "
+        f"{SAME_NUMBERS_KLD:g}")
+
+
+def test_a_device_that_cannot_hold_its_share_fails_and_the_ladder_moves_units_off_it(
+        plan_for: PlanFor, start_server: StartServer, spread: Spread) -> None:
+    # The device list says both hold ROOMY_MIB; the first server is capped far below.
+    servers, devices = spread([TIGHT_MIB, ROOMY_MIB], [ROOMY_MIB, ROOMY_MIB])
+    tight = servers[0]
+    plan = plan_for(model=MODEL, devices=devices, per_call=SETTINGS)
+    first_units = plan.devices.shares[0].units if plan.devices else 0
+    failures: list[tuple[str, int]] = []
+    for _ in range(LADDER_STEPS):
+        try:
+            server = start_server(_verbose(plan))
+        except ServerError as exc:
+            failed = failed_device_allocation(str(exc))
+            if failed is None:
+                pytest.fail(f"the start failed, not on a device: {exc}")
+            failures.append(failed)
+            assert plan.devices is not None
+            plan = plan_for(model=MODEL, devices=step_down(plan.devices, failed[0]),
+                            per_call=SETTINGS)
+            continue
+        break
+    else:
+        pytest.fail(f"no start in {LADDER_STEPS} steps: {failures}")
+    # The failure was the capped device's own: llama-server names its endpoint, and the
+    # RPC server itself logged the allocation it refused.
+    assert failures, "the capped device held the even share: the cap did not bite"
+    assert {endpoint for endpoint, _ in failures} == {tight.endpoint}
+    assert "insufficient memory" in tight.log_text()
+    assert plan.devices is not None
+    assert plan.devices.shares[0].units < first_units
+    report = parse_launch_log(server.log_text())
+    assert report.target is not None
+    checks = check_device_shares(plan.devices, report.target, n_layer=6)
+    assert all(check.ok for check in checks), "\n".join(c.describe() for c in checks)
+
+
+@pytest.mark.timeout(120)
+def test_a_device_killed_mid_run_is_named_not_waited_for(plan_for: PlanFor,
+                                                        start_server: StartServer,
+                                                        spread: Spread) -> None:
+    servers, devices = spread([ROOMY_MIB, ROOMY_MIB])
+    server = start_server(plan_for(model=MODEL, devices=devices, per_call=SETTINGS).spec)
+    with ServerClient(server.base_url) as client:
+        assert client.completion("The sea", n_predict=4).tokens_predicted == 4
+        servers[1].kill()
+        with pytest.raises(ServerApiError) as caught:
+            client.completion("The sea was calm", n_predict=8)
+    gone = {s.endpoint: s.exit_code() for s in servers if not s.alive()}
+    said = rpc_failure(server.log_text(), gone)
+    assert said is not None, f"no RPC failure found after: {caught.value}"
+    assert f"RPC device {servers[1].endpoint} is gone" in said
+    assert "llama-server aborted" in said
