@@ -24,9 +24,10 @@ def ensure_build(cache: Path, request: BuildRequest, source: Path | None = None,
     return build_server(cache, resolve_source(cache, source), request, progress=progress)
 
 
-def pinned_cpu_build(cache: Path) -> BuildResult | None:
-    """The cached CPU build of the pinned source, if one exists (builds nothing)."""
+def pinned_cpu_build(cache: Path, request: BuildRequest | None = None) -> BuildResult | None:
+    """The cached build of the pinned source for ``request`` (default: the plain CPU
+    build), if one exists (builds nothing)."""
     manifest = load_manifest()
     tree = SourceTree(path=cache / "source", digest=manifest.sha256,
                       origin=f"pypi:{manifest.requirement}")
-    return cached_build(cache, tree, BuildRequest(), compiler_version())
+    return cached_build(cache, tree, request or BuildRequest(), compiler_version())

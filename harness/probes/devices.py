@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import re
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,11 +102,14 @@ class DeviceListing:
         return parse_device_list(self.stdout)
 
 
-def run_list_devices(binary: Path, env: Mapping[str, str] | None = None) -> DeviceListing:
+def run_list_devices(binary: Path, env: Mapping[str, str] | None = None,
+                     extra_args: Sequence[str] = ()) -> DeviceListing:
     """Run ``binary --list-devices`` (``env``: its whole environment, None: this
-    process's); BuildError only when it cannot run at all."""
+    process's; ``extra_args``: e.g. ``--rpc HOST:PORT,...`` to list RPC devices too);
+    BuildError only when it cannot run at all."""
     try:
-        proc = subprocess.run([str(binary), "--list-devices"], capture_output=True, text=True,
+        proc = subprocess.run([str(binary), *extra_args, "--list-devices"], capture_output=True,
+                              text=True,
                               timeout=LIST_DEVICES_LIMIT_S, check=False, errors="replace",
                               env=None if env is None else dict(env))
     except (OSError, subprocess.TimeoutExpired) as exc:
