@@ -64,9 +64,19 @@ def _suite(binary: Path, probe: str, env: dict[str, str],
 
 
 def _clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items()
-            if k not in {kind.env for kind in MISCOMPUTE_KINDS}
-            and not k.startswith("PYTEST_XDIST")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in {kind.env for kind in MISCOMPUTE_KINDS}
+           and not k.startswith("PYTEST_XDIST")}
+    # Without xdist's variables the inner run thinks it has the machine to itself, and its
+    # servers spin OpenMP threads on every core beside the other worker's. Measured on 2
+    # cores with four busy processes beside: 61-78 s a run so, 36 s with one thread each;
+    # with seven and a compile, every run's probe ran past the client's 30 s. Give them
+    # the share this worker's own servers get (harness.plugin.hooks.server_runner).
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        env.setdefault("HARNESS_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+    return env
 
 
 @pytest.mark.server

@@ -19,6 +19,7 @@ from harness.errors import BuildError, FixtureError, ServerApiError
 from harness.modelgen.kquant import kquant_copy
 from harness.modelgen.specs import WeightType
 from harness.numerics.divergence import position_figures, summarize
+from harness.numerics.eval_callback import LAST_TENSOR, compare_prints
 from harness.numerics.fingerprint import (
     BAND_FACTOR,
     KLD_FLOOR,
@@ -271,6 +272,36 @@ def test_a_print_within_its_precision_or_cut_short_is_no_difference() -> None:
     assert first_difference(parse_dump(DUMP), parse_dump(rounded)) is None
     cut = DUMP[:DUMP.index("common_debug_cb_eval:                   norm-0")]
     assert first_difference(parse_dump(DUMP), parse_dump(cut)) is None
+
+
+def test_a_print_cut_before_the_last_tensor_is_not_taken_for_agreement() -> None:
+    """The q4-dot error is in the graph's last tensor only: a print that ends before it
+    once read as "every tensor agrees" (a fresh-clone CI run under load)."""
+    last = DUMP.replace("norm-0 = (f32)   RMS_NORM(embd",
+                        f"{LAST_TENSOR} = (f32)   MUL_MAT(embd")
+    whole = parse_dump(DUMP + last)
+    assert whole[-1].name == LAST_TENSOR
+    assert compare_prints(whole, whole) is None
+    with pytest.raises(BuildError, match=r"agree, but the candidate build's print ended "
+                       r"after 3 tensors \(norm-0\), before the graph's last "
+                       r"\(result_output\)"):
+        compare_prints(whole, whole[:3])
+    with pytest.raises(BuildError, match="the baseline build's print ended after 0 tensors "
+                       "and the candidate build's"):
+        compare_prints([], whole[:5])
+    moved = parse_dump(DUMP.replace("sum = 3.200000", "sum = 3.300000"))
+    found = compare_prints(whole, moved)  # a difference before the cut stands
+    assert found is not None
+    assert found.candidate.name == "norm-0"
+
+
+def test_a_value_printed_twice_is_a_garbled_print_not_a_difference() -> None:
+    """The undrained tool once wrote one value twice as it exited (kqv_out-5 in place of
+    result_output): the tensor's values shift, but their count tells it from a change."""
+    twice = parse_dump(DUMP.replace("0.8000,", "0.8000,       0.8000,", 1))
+    with pytest.raises(BuildError, match=r"the prints of norm-0 \(node 2\) hold 8 and 9 "
+                       "values for the same shape: a print is garbled"):
+        compare_prints(parse_dump(DUMP), twice)
 
 
 def test_graphs_that_part_are_named() -> None:
