@@ -463,4 +463,24 @@ def test_an_unknown_require_gpu_option_is_refused_by_argparse(
     result = pytester.runpytest_subprocess("--harness-require-gpu=bogus")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["*--harness-require-gpu: invalid choice: 'bogus' (choose from *cuda*rocm*vulkan*"])
+        ["*--harness-require-gpu: 'bogus' is not one of cuda, rocm, vulkan (BACKEND or*"])
+
+
+@pytest.mark.parametrize("bad", ["cuda:0", "cuda:x", "cuda:"])
+def test_a_bad_device_count_is_refused(pytester: pytest.Pytester, bad: str) -> None:
+    pytester.makepyfile(TRIVIAL)
+    result = pytester.runpytest_subprocess(f"--harness-require-gpu={bad}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*the device count after ':' must be a whole number*"])
+
+
+@NO_NVML
+def test_a_device_count_names_how_many_the_build_lists(pytester: pytest.Pytester,
+                                                       tmp_path: Path) -> None:
+    pytester.makepyfile(TRIVIAL)
+    result = pytester.runpytest_subprocess(f"--harness-build={_cuda_build(tmp_path)}",
+                                           "--harness-require-gpu=cuda:2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    output = result.stdout.str() + result.stderr.str()
+    assert "--harness-require-gpu=cuda:2: " in output
+    assert "--list-devices shows 1 cuda device; this run needs 2" in output

@@ -121,9 +121,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             # (their owner process is gone); a live parallel session keeps its own.
             sweep_orphans(docker_engine())
     if options.require_gpu is not None:
-        missing = _gpu_missing(harness, options.require_gpu)
+        missing = _gpu_missing(harness, options.require_gpu, options.require_gpu_count)
         if missing:
-            pytest.exit(f"--harness-require-gpu={options.require_gpu.value}: {missing}",
+            count = f":{options.require_gpu_count}" if options.require_gpu_count > 1 else ""
+            pytest.exit(f"--harness-require-gpu={options.require_gpu.value}{count}: {missing}",
                         returncode=pytest.ExitCode.USAGE_ERROR)
 
 
@@ -146,9 +147,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
                         f"--harness-require-gpu={backend.value})")
 
 
-def _gpu_missing(harness: HarnessSession, backend: Backend) -> str | None:
-    """None when the build under test is a ``backend`` build that sees a device of it and
-    this runner's vendor tool (NVML, AMD SMI, vulkaninfo) lists a usable GPU of it.
+def _gpu_missing(harness: HarnessSession, backend: Backend, count: int = 1) -> str | None:
+    """None when the build under test is a ``backend`` build that sees ``count`` devices
+    of it and this runner's vendor tool (NVML, AMD SMI, vulkaninfo) lists a usable GPU of it.
 
     Otherwise every problem, each with its fix: a runner whose driver is missing must
     not pass on a build that happens to list a software device (Vulkan's llvmpipe).
@@ -166,9 +167,13 @@ def _gpu_missing(harness: HarnessSession, backend: Backend) -> str | None:
         except HarnessError as exc:  # no access to the GPU from a container, a broken image
             problems.append(f"the build's devices could not be listed: {exc}")
         else:
-            if not any(d.backend is backend for d in devices):
+            seen = sum(1 for d in devices if d.backend is backend)
+            if not seen:
                 problems.append(f"{build.binary} --list-devices shows no {backend.value} "
                                 "device")
+            elif seen < count:
+                problems.append(f"{build.binary} --list-devices shows {seen} {backend.value} "
+                                f"device{'s' * (seen != 1)}; this run needs {count}")
     health = runner_gpu_health(backend)
     if not health.usable:
         problems.append(f"this runner has no usable {backend.value} GPU: {health.reason}")

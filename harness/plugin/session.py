@@ -77,6 +77,27 @@ def text(value: str) -> str:
     return value
 
 
+@dataclass(frozen=True)
+class GpuRequirement:
+    """``--harness-require-gpu``: the backend, and how many of its devices the run needs."""
+
+    backend: Backend
+    count: int = 1
+
+
+def gpu_requirement(text: str) -> GpuRequirement:
+    """``cuda`` or ``cuda:2``: a GPU backend, optionally with a device count of at least 1."""
+    name, colon, count = text.partition(":")
+    allowed = ", ".join(b.value for b in GPU_BACKENDS)
+    if name not in {b.value for b in GPU_BACKENDS}:
+        raise argparse.ArgumentTypeError(f"{name!r} is not one of {allowed} (BACKEND or "
+                                         "BACKEND:N, N devices at least)")
+    if colon and not (count.isdigit() and int(count) >= 1):
+        raise argparse.ArgumentTypeError(f"{text!r}: the device count after ':' must be a "
+                                         "whole number of at least 1 (cuda:2)")
+    return GpuRequirement(Backend(name), int(count) if count else 1)
+
+
 _YES = frozenset({"1", "true", "on", "yes"})
 _NO = frozenset({"0", "false", "off", "no"})
 
@@ -125,9 +146,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("build", "HARNESS_BUILD", text,
                "the build to gate: a build key in the cache, a build.json or a llama-server "
                "binary"),
-    OptionSpec("require_gpu", "HARNESS_REQUIRE_GPU", text,
+    OptionSpec("require_gpu", "HARNESS_REQUIRE_GPU", gpu_requirement,
                "fail (instead of skipping) when the build under test has no device of this "
-               "backend", choices=tuple(b.value for b in GPU_BACKENDS)),
+               "backend (cuda, rocm or vulkan), or with BACKEND:N fewer than N of them (a "
+               "multi-GPU runner: cuda:2)", metavar="BACKEND[:N]"),
     OptionSpec("require_features", "HARNESS_REQUIRE_FEATURES", switch,
                "fail (instead of skipping) a test whose launch needs a feature the build "
                "under test lacks ('not supported by this build: FLAG')"),
@@ -207,6 +229,8 @@ class HarnessOptions:
 
     build: str | None = None
     require_gpu: Backend | None = None
+    #: The devices of ``require_gpu`` the run needs (``--harness-require-gpu=cuda:2``).
+    require_gpu_count: int = 1
     require_features: bool = False
     runner: str = "subprocess"
     image: str | None = None
@@ -226,13 +250,14 @@ class HarnessOptions:
         """Raises pytest.UsageError naming the variable for a bad ``HARNESS_*`` value."""
         env = os.environ if environ is None else environ
         values = {spec.name: _value(config, spec, env) for spec in OPTIONS}
-        required = _typed(values["require_gpu"], str)
+        required = _typed(values["require_gpu"], GpuRequirement)
         record = _typed(values["run_record"], str)
         timeout = _typed(values["ready_timeout"], float)
         bundles = _typed(values["bundles"], str)
         return cls(
             build=_typed(values["build"], str) or None,
-            require_gpu=Backend(required) if required else None,
+            require_gpu=required.backend if required else None,
+            require_gpu_count=required.count if required else 1,
             require_features=_typed(values["require_features"], bool) or False,
             runner=_typed(values["runner"], str) or "subprocess",
             image=_typed(values["image"], str) or None,
