@@ -26,7 +26,7 @@ def test_second_build_is_a_cache_hit_that_runs_no_cmake(llama_server_binary: Pat
         pytest.skip("HARNESS_SERVER_BIN/HARNESS_SOURCE set: the pinned CPU build is not in use")
     log = llama_server_binary.parent.parent / "build.log"
     before = log.stat().st_mtime_ns
-    result = _harness("build", "--backend", "cpu")
+    result = _harness("build", "--backend", "cpu", "--rpc")  # the suites' build
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(llama_server_binary)
     assert "cache hit" in result.stderr

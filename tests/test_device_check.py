@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from checkout import REPO_ROOT
 
+from harness.builds.resolve import ensure_build
 from harness.device_check import (
     CARRY_LIMIT,
     NOT_CARRIED,
@@ -32,6 +33,7 @@ from harness.device_check import (
     unpack_wheels,
 )
 from harness.errors import ConfigError
+from harness.planning.build_plan import BuildRequest
 
 SCRIPTS = REPO_ROOT / "ci" / "scripts"
 
@@ -106,7 +108,10 @@ def _numpy_only(tmp_path: Path) -> Path:
 
 @pytest.mark.server
 def test_the_device_check_dry_run_packs_results_that_can_come_back(
-        tmp_path: Path, llama_server_binary: Path) -> None:
+        tmp_path: Path, harness_cache: Path) -> None:
+    # The plain CPU build, as the real check packs a GPU build without the RPC backend:
+    # a bare binary carries no build record to say it has one.
+    llama_server_binary = ensure_build(harness_cache, BuildRequest()).binary
     system_python = shutil.which("python3", path="/usr/bin:/bin")
     if system_python is None:
         pytest.skip("no system python3 in /usr/bin to run the dry run outside the venv")

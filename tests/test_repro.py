@@ -36,7 +36,7 @@ from harness.errors import ConfigError
 from harness.facts.build import Backend
 from harness.facts.gpu import GpuInfo
 from harness.paths import cache_root
-from harness.planning.build_plan import BuildRequest
+from harness.planning.build_plan import SUITE_BUILD, BuildRequest
 from harness.report.allure_meta import environment_properties
 from harness.repro.command import (
     docker_command,
@@ -133,7 +133,8 @@ def test_gpu_spec_takes_the_last_field_as_vram() -> None:
 
 
 @pytest.mark.parametrize("request_", [
-    BuildRequest(), BuildRequest(native=True),
+    BuildRequest(), BuildRequest(native=True), BuildRequest(rpc=True),
+    BuildRequest(rpc=True, extra_cmake_args=("-DX=1",)),
     BuildRequest(backend=Backend.CUDA, extra_cmake_args=("-DCMAKE_CUDA_ARCHITECTURES=90",)),
 ])
 def test_request_from_flags_inverts_cmake_flags(request_: BuildRequest) -> None:
@@ -357,7 +358,7 @@ def test_repro_from_a_result_file_fails_the_same_way(recorded_run: Recorded) -> 
     assert f"test:     {FAILING}" in answer.output
     # The rerun was exactly that test, on the cached build, planned for the run's GPU.
     rerun = next(line for line in answer.output.splitlines() if line.startswith("rerun "))
-    built = pinned_cpu_build(cache_root())
+    built = pinned_cpu_build(cache_root(), SUITE_BUILD)  # the build the recorded run used
     assert built is not None
     assert shlex.split(rerun.split(": ", 1)[1])[:3] == ["pytest", FAILING,
                                                          f"--rootdir={result.parent.parent}"]
@@ -502,6 +503,8 @@ def test_a_container_run_needs_its_exact_image(recorded_run: Recorded, tmp_path:
     env_file.write_text(environment_properties(props))
     answer = _repro(str(results / recorded_run.result_of(FAILING).name))
     assert answer.exit_code == 2, answer.output
+    # The recorded build is the suites' (RPC backend): its switch goes to the image build.
     assert ("no Docker engine answers" in answer.output
-            or "harness build --backend cpu --source PATH --container" in answer.output)
+            or "harness build --backend cpu --source PATH --cmake-arg -DGGML_RPC=ON --container"
+            in answer.output)
     assert "rerun" not in answer.output

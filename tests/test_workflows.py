@@ -10,6 +10,7 @@ this test instead of a CI run.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import os
@@ -17,7 +18,7 @@ import re
 import shlex
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -221,6 +222,8 @@ class _OptionRecorder:
 
     def __init__(self) -> None:
         self.options: dict[str, list[str] | None] = {}
+        #: The parser of each option that takes a value without a list of choices.
+        self.types: dict[str, Callable[[str], object]] = {}
 
     def getgroup(self, *args: object, **kwargs: object) -> _OptionRecorder:
         return self
@@ -228,15 +231,21 @@ class _OptionRecorder:
     def addoption(self, *names: str, **kwargs: Any) -> None:
         for name in names:
             self.options[name] = list(kwargs["choices"]) if kwargs.get("choices") else None
+            if callable(kwargs.get("type")):
+                self.types[name] = kwargs["type"]
 
     def addini(self, *args: object, **kwargs: object) -> None:
         pass
 
 
 def plugin_options() -> dict[str, list[str] | None]:
+    return _recorded_options().options
+
+
+def _recorded_options() -> _OptionRecorder:
     recorder = _OptionRecorder()
     harness.plugin.hooks.pytest_addoption(cast(pytest.Parser, recorder))
-    return recorder.options
+    return recorder
 
 
 _PLUGIN_OPTION = re.compile(r"(--harness-[A-Za-z0-9-]*[A-Za-z0-9])(?:(=|[ \t]+)(\S+))?")
@@ -254,7 +263,8 @@ def check_commands(text: str, where: str) -> list[str]:
         pytest_args = _pytest_args(words)
         for option in unknown_pytest_options(pytest_args or []):
             problems.append(f"{where}: {option} is not an option of pytest here")
-    known = plugin_options()
+    recorded = _recorded_options()
+    known = recorded.options
     for match in _PLUGIN_OPTION.finditer(text):
         option, value = match.group(1), match.group(3)
         if option not in known:
@@ -265,6 +275,13 @@ def check_commands(text: str, where: str) -> list[str]:
         if choices and value and "$" not in value and not value.startswith(("-", "\\")) \
                 and value not in choices:
             problems.append(f"{where}: {option} {value}: not one of {', '.join(choices)}")
+        parse = recorded.types.get(option)
+        if parse is not None and value and "$" not in value \
+                and not value.startswith(("-", "\\")):
+            try:
+                parse(value)
+            except (argparse.ArgumentTypeError, ValueError) as exc:
+                problems.append(f"{where}: {option} {value}: {exc}")
     return problems
 
 

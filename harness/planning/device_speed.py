@@ -1,5 +1,7 @@
 """Predicted decode speed of a model spread over several devices (pure).
 
+Reference 004 is described in docs/references.md.
+
 Reference 004's ``predictTps`` sums, over the devices, the bytes a token reads on each
 divided by that device's bandwidth: with ``--split-mode layer`` the devices take turns, one
 run of blocks after another, so their times add. The bytes are those of

@@ -1,5 +1,6 @@
 """The launch planner's device steps (pure): the memory the offload planner may fill, and
-the spread over a device list written into the launch's settings and flags."""
+the spread over a device list written into the launch's settings and flags. References
+003 and 004 are described in docs/references.md."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """One model spread over several devices: which layers each holds, and the flags (pure).
 
+References 003 and 004 are described in docs/references.md.
+
 Reference 004's ``placeLayers`` packs layers onto GPUs in priority order and then spreads
 them so that every GPU keeps the same fraction of headroom (a greedy packing leaves the
 first device full, and llama.cpp then fails to allocate its compute buffer there). This

@@ -26,12 +26,13 @@ from harness.builds.devices_seen import devices_seen, plan_launch_env
 from harness.builds.resolve import ensure_build
 from harness.builds.under_test import BuildUnderTest, from_result, resolve_named_build, run_image
 from harness.errors import ConfigError, HarnessError
-from harness.facts.build import GPU_BACKENDS, Backend, Capabilities
+from harness.facts.build import Backend, Capabilities
 from harness.facts.catalog import Bundle
 from harness.facts.gpu import GpuInfo
 from harness.paths import cache_root
 from harness.planning.build_plan import SUITE_BUILD, BuildRequest
 from harness.planning.rocm_env import RocmLaunchEnv
+from harness.plugin.gpu_requirement import GpuRequirement, gpu_requirement
 from harness.probes.bundle_folder import load_bundle_folder
 from harness.probes.devices import Device
 from harness.probes.docker_engine import engine_unavailable
@@ -75,27 +76,6 @@ def gpu_spec(text: str) -> GpuInfo:
 
 def text(value: str) -> str:
     return value
-
-
-@dataclass(frozen=True)
-class GpuRequirement:
-    """``--harness-require-gpu``: the backend, and how many of its devices the run needs."""
-
-    backend: Backend
-    count: int = 1
-
-
-def gpu_requirement(text: str) -> GpuRequirement:
-    """``cuda`` or ``cuda:2``: a GPU backend, optionally with a device count of at least 1."""
-    name, colon, count = text.partition(":")
-    allowed = ", ".join(b.value for b in GPU_BACKENDS)
-    if name not in {b.value for b in GPU_BACKENDS}:
-        raise argparse.ArgumentTypeError(f"{name!r} is not one of {allowed} (BACKEND or "
-                                         "BACKEND:N, N devices at least)")
-    if colon and not (count.isdigit() and int(count) >= 1):
-        raise argparse.ArgumentTypeError(f"{text!r}: the device count after ':' must be a "
-                                         "whole number of at least 1 (cuda:2)")
-    return GpuRequirement(Backend(name), int(count) if count else 1)
 
 
 _YES = frozenset({"1", "true", "on", "yes"})

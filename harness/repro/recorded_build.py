@@ -10,7 +10,7 @@ else would test a different llama-server than the one that failed.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from harness.builds.resolve import resolve_source
 from harness.builds.source import load_manifest, local_source
 from harness.errors import BuildError, ConfigError
 from harness.facts.build import Backend, BuildInfo
-from harness.planning.build_plan import BuildRequest
+from harness.planning.build_plan import RPC_SWITCH, BuildRequest
 from harness.repro.properties import recorded_cmake_flags
 from harness.repro.repro_error import ReproError
 
@@ -86,15 +86,25 @@ def request_from_flags(backend: Backend, flags: tuple[str, ...]) -> BuildRequest
             f"`harness build --backend {backend.value}` always passes ({' '.join(base)}); "
             "the build was made by another tool: build it that way and pass the binary with "
             "--harness-server-bin to pytest yourself")
-    return BuildRequest(backend=backend, native=native, extra_cmake_args=flags[len(base):])
+    rest = flags[len(base):]
+    # --rpc's switch comes right after the backend's own flags (BuildRequest.cmake_flags).
+    rpc = bool(rest) and rest[0] == RPC_SWITCH
+    return BuildRequest(backend=backend, native=native, rpc=rpc,
+                        extra_cmake_args=rest[1:] if rpc else rest)
 
 
 def build_command(recorded: RecordedBuild, source: str = "PATH") -> str:
     """The ``harness build`` line that makes this build from the tree at ``source``."""
     request = request_from_flags(recorded.backend, recorded.flags_or_default)
+    if recorded.image and request.rpc:
+        # An image carries no RPC server (`--rpc --container` is refused): the switch alone.
+        request = replace(request, rpc=False,
+                          extra_cmake_args=(RPC_SWITCH, *request.extra_cmake_args))
     words = ["harness", "build", "--backend", recorded.backend.value, "--source", source]
     if request.native:
         words.append("--native")
+    if request.rpc:
+        words.append("--rpc")
     for arg in request.extra_cmake_args:
         words += ["--cmake-arg", arg]
     if recorded.image:

@@ -15,7 +15,8 @@ holds. The server says what it did in the target block:
 A device the plan gave weights that holds none fails by name, like the single-GPU unused
 check. Weights must match the plan within :data:`WEIGHT_TOLERANCE` (the printed MiB are
 rounded to 0.01); the KV cache likewise where the plan offloads it. Compute buffers are
-reported, not held: the plan's figure is reference 004's rough estimate.
+reported, not held: the plan's figure is reference 004's rough estimate (reference 004
+is described in docs/references.md).
 """
 
 from __future__ import annotations
