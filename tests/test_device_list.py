@@ -13,8 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.errors import ConfigError
+from harness.facts.build import Backend
 from harness.facts.device_list import DeviceKind
-from harness.probes.device_list import load_device_list, rpc_device_list
+from harness.probes.device_list import card_device_list, load_device_list, rpc_device_list
+from harness.probes.devices import parse_device_list
 from harness.probes.gpu_configs import GPU_CONFIG_DIR, load_gpu_configs
 
 CARDS = load_gpu_configs()
@@ -46,7 +48,6 @@ def test_a_card_takes_its_configs_figures_and_an_rpc_entry_its_own(tmp_path: Pat
     assert first.key == "rtx-3090"
     assert (second.kind, second.key, second.budget_bytes, second.hop_latency_us) == (
         DeviceKind.RPC, "127.0.0.1:50052", 300 * 1024 * 1024, 80.0)
-    assert listed.mixed
     assert listed.rpc_endpoints == ("127.0.0.1:50052",)
 
 
@@ -70,6 +71,26 @@ def test_a_bad_list_names_the_file_and_the_problem(tmp_path: Path, devices: obje
 def test_two_cards_of_one_model_are_two_devices(tmp_path: Path) -> None:
     listed = load_device_list(_write(tmp_path, {"devices": [{"card": "rtx-3090"}] * 2}), CARDS)
     assert len(listed.devices) == 2
+
+
+def test_the_builds_own_cards_become_a_device_list_in_its_order() -> None:
+    # As a CUDA build with the RPC backend lists them (`llama-server --list-devices`).
+    listed = parse_device_list(
+        "Available devices:\n"
+        "  RPC0: 127.0.0.1:50052 (24105 MiB, 24105 MiB free)\n"
+        "  CUDA0: NVIDIA H200 (143771 MiB, 143000 MiB free)\n"
+        "  CUDA1: NVIDIA GeForce RTX 4090 (24080 MiB, 23500 MiB free)\n")
+    cards = load_gpu_configs()
+    devices = card_device_list(listed, Backend.CUDA, cards)
+    assert [(d.name, d.kind, d.memory_mib) for d in devices.devices] == [
+        ("CUDA0", DeviceKind.CARD, 143000), ("CUDA1", DeviceKind.CARD, 23500)]
+    h200 = next(c for c in cards if c.name == "h200")
+    assert devices.devices[0].reserved_mib == h200.reserved_headroom_mib
+    assert devices.devices[0].bandwidth_gbps == h200.memory_bandwidth_gbps
+    assert card_device_list(listed, Backend.ROCM, cards).devices == ()
+    unknown = parse_device_list("  CUDA0: Some Future Card (1000 MiB, 900 MiB free)\n")
+    with pytest.raises(ConfigError, match="CUDA0 \\(Some Future Card\\) matches no card"):
+        card_device_list(unknown, Backend.CUDA, cards)
 
 
 def test_rpc_device_list_pairs_endpoints_with_their_memory() -> None:

@@ -16,7 +16,12 @@ from harness.facts.model_facts import LayerBytes, ModelFacts
 from harness.planning.device_speed import predict_spread
 from harness.planning.launch import LaunchSpec
 from harness.planning.launch_plan import PlanRequest, plan_launch
-from harness.planning.multi_device import assigned_units, plan_devices, step_down
+from harness.planning.multi_device import (
+    assigned_units,
+    moved_off,
+    plan_devices,
+    step_down,
+)
 from harness.planning.planned_share import Offload
 from harness.probes.device_list import rpc_device_list
 from harness.probes.gguf_facts import read_model_facts
@@ -193,10 +198,9 @@ def test_the_spread_prediction_adds_each_devices_time_and_its_hop() -> None:
 def test_a_step_down_moves_at_least_one_unit_off_the_device_that_ran_out() -> None:
     plan = plan_devices(_model(), _rpc(1000, 1000), Offload(n_gpu_layers=99), kv_bytes=0,
                         context=0)
-    key = plan.shares[1].device.key
     steps = [plan.shares[1].units]
     for _ in range(10):
-        plan = plan_devices(_model(), step_down(plan, key), Offload(n_gpu_layers=99),
+        plan = plan_devices(_model(), step_down(plan, 1), Offload(n_gpu_layers=99),
                             kv_bytes=0, context=0)
         steps.append(plan.shares[1].units)
         if not plan.shares[1].units:
@@ -204,5 +208,34 @@ def test_a_step_down_moves_at_least_one_unit_off_the_device_that_ran_out() -> No
     assert all(later < earlier for earlier, later in itertools.pairwise(steps)), steps
     assert steps[-1] == 0
     assert plan.shares[0].units == 7  # the other device took every unit
-    with pytest.raises(KeyError):
-        step_down(plan, "nowhere:1")
+    with pytest.raises(IndexError):
+        step_down(plan, 2)
+
+
+def test_two_cards_of_one_name_step_down_one_at_a_time() -> None:
+    card = Device(kind=DeviceKind.CARD, name="rtx-4090", memory_mib=1000, reserved_mib=0,
+                  bandwidth_gbps=1000.0)
+    plan = plan_devices(_model(), DeviceList((card, card)), Offload(n_gpu_layers=99),
+                        kv_bytes=0, context=0)
+    stepped = step_down(plan, 0).devices
+    assert stepped[0].memory_mib < 1000
+    assert stepped[1] == card
+
+
+def test_a_retreat_plans_again_from_the_same_inputs_or_says_nothing_can_move() -> None:
+    model = _model()
+    plan = plan_devices(model, _rpc(1000, 1000), Offload(n_gpu_layers=99), kv_bytes=6 * MIB,
+                        context=512)
+    following = moved_off(model, plan, 0)
+    assert following is not None
+    assert following.shares[0].units < plan.shares[0].units
+    assert (following.kv_bytes, following.context) == (6 * MIB, 512)
+    assert sum(following.tensor_split) == sum(plan.tensor_split)  # -ngl is unchanged
+    # A second device too small to take what moves: the retreat is the offload ladder's.
+    cramped = plan_devices(model, _rpc(1000, 8), Offload(n_gpu_layers=99), kv_bytes=0,
+                           context=0)
+    assert moved_off(model, cramped, 0) is None
+    # A device that holds nothing has nothing to move.
+    empty = plan_devices(model, _rpc(1000, 1000), Offload(n_gpu_layers=0), kv_bytes=0,
+                         context=0)
+    assert moved_off(model, empty, 1) is None

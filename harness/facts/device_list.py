@@ -72,8 +72,3 @@ class DeviceList:
     @property
     def rpc_endpoints(self) -> tuple[str, ...]:
         return tuple(d.endpoint for d in self.devices if d.endpoint)
-
-    @property
-    def mixed(self) -> bool:
-        """Cards and RPC endpoints in one list."""
-        return len({d.kind for d in self.devices}) > 1

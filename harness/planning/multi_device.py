@@ -117,6 +117,11 @@ class DevicePlan:
     reasons: tuple[str, ...]
     #: The layer count and host overrides the spread was made under (for the prediction).
     offload: OffloadRequest
+    #: The KV cache bytes, context and ubatch the shares were sized with: a retreat after
+    #: an out-of-memory start plans again from the same inputs (:func:`moved_off`).
+    kv_bytes: int = 0
+    context: int = 0
+    ubatch: int = DEFAULT_UBATCH
 
     @property
     def fits(self) -> bool:
@@ -192,23 +197,36 @@ def plan_devices(model: ModelFacts, devices: DeviceList, offload: OffloadRequest
     )
     return DevicePlan(devices, shares, len(units), n_layer + 1,
                       "none" if one else "layer", 0 if one else None, counts, spread, reasons,
-                      offload)
+                      offload, kv_bytes, context, ubatch)
 
 
-def step_down(plan: DevicePlan, key: str) -> DeviceList:
-    """The device list for the next start after the device ``key`` could not allocate its
-    share: its memory cut to what the plan put there less one unit's cost, so that at least
-    one unit moves off it (reference 003's one step per out-of-memory start, per device).
-    Raises KeyError for a key the plan has no device for."""
-    share = plan.share_of(key)
-    if share is None:
-        raise KeyError(key)
+def step_down(plan: DevicePlan, index: int) -> DeviceList:
+    """The device list for the next start after device ``index`` (its position in the list:
+    two cards of one model share a name) could not allocate its share: its memory cut to
+    what the plan put there less one unit's cost, so that at least one unit moves off it
+    (reference 003's one step per out-of-memory start, per device). Raises IndexError for
+    a position the plan has no device at."""
+    share = plan.shares[index]
     unit = (share.weight_bytes + share.kv_bytes) // max(share.units, 1)
     budget_mib = max(0, (share.used_bytes - max(unit, MIB)) // MIB)
     device = dataclasses.replace(share.device,
                                  memory_mib=share.device.reserved_mib + budget_mib)
-    return dataclasses.replace(plan.devices, devices=tuple(
-        device if d.key == key else d for d in plan.devices.devices))
+    devices = list(plan.devices.devices)
+    devices[index] = device
+    return dataclasses.replace(plan.devices, devices=tuple(devices))
+
+
+def moved_off(model: ModelFacts, plan: DevicePlan, index: int) -> DevicePlan | None:
+    """The plan for the next start after device ``index`` failed to allocate its share:
+    the same inputs over :func:`step_down`'s list. None when nothing can move: the device
+    holds no units, or the others cannot take them (the offload ladder's turn then)."""
+    if not plan.shares[index].units:
+        return None
+    following = plan_devices(model, step_down(plan, index), plan.offload,
+                             kv_bytes=plan.kv_bytes, context=plan.context, ubatch=plan.ubatch)
+    if not following.fits or following.tensor_split == plan.tensor_split:
+        return None
+    return following
 
 
 def _spread(costs: Sequence[int], budgets: Sequence[int]) -> tuple[tuple[int, ...], str]:

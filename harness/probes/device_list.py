@@ -4,7 +4,8 @@ The file (``harness/resources/schemas/device-list.schema.json``) lists devices i
 device order: a card by its config name (memory, bandwidth and headroom from
 ``configs/gpu/<card>.json``, any of them overridable), or an RPC endpoint with the memory it
 may hold and the bandwidth it reads at. ``rpc_device_list`` makes the same list for RPC
-servers the harness started itself (the multi-device suite).
+servers the harness started itself (the multi-device suite), ``card_device_list`` the list
+of a runner's own cards as the build under test lists them.
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ from typing import Any
 
 from harness.data_schema import load_json, schema_file
 from harness.errors import ConfigError
+from harness.facts.build import Backend
 from harness.facts.device_list import Device, DeviceKind, DeviceList
 from harness.facts.gpu import GpuConfig
+from harness.planning.autotune import match_config
+from harness.probes.devices import Device as ListedDevice
 
 DEVICE_LIST_SCHEMA = schema_file("device-list")
 _FIX = ("write the devices as configs/gpu/devices/README.md shows: a card's config name, "
@@ -72,3 +76,20 @@ def rpc_device_list(endpoints: Sequence[str], memory_mib: Sequence[int], *,
                reserved_mib=0, bandwidth_gbps=bandwidth_gbps, hop_latency_us=hop_latency_us)
         for endpoint, memory in zip(endpoints, memory_mib, strict=True)),
         "RPC servers started by the harness")
+
+
+def card_device_list(listed: Sequence[ListedDevice], backend: Backend,
+                     cards: Sequence[GpuConfig]) -> DeviceList:
+    """The build's own ``backend`` devices in its order, each as a card: the memory it lists
+    free now (other processes' use is not the plan's), the headroom and bandwidth of the
+    card config its name matches. ConfigError names a device no config matches."""
+    devices = []
+    for seen in (d for d in listed if d.backend is backend):
+        card = match_config(seen.description, cards)
+        if card is None:
+            raise ConfigError(f"{seen.name} ({seen.description}) matches no card config: add "
+                              "configs/gpu/<card>.json with a `match` pattern for its name")
+        devices.append(Device(kind=DeviceKind.CARD, name=seen.name, memory_mib=seen.free_mib,
+                              reserved_mib=card.reserved_headroom_mib,
+                              bandwidth_gbps=card.memory_bandwidth_gbps))
+    return DeviceList(tuple(devices), f"the {backend.value} devices the build lists")

@@ -10,7 +10,9 @@ Ported behaviour (references 002 and 003 in docs/references.md, launch recovery)
   start, and a planner given ``broken.snapshot()`` leaves it out of later plans;
 - a GPU out-of-memory start steps one rung down the offload ladder (``ladder.py``: the
   plan's offload first, then ``next_rung`` after each OOM) and retries, until the ladder
-  says nothing safer is left;
+  says nothing safer is left. A plan spread over a device list first moves units off the
+  device the server named (``device_retreat.py``), one step per start, while they fit on
+  the others;
 - a start that crashed (killed by a signal) while the launch had a drafter or an MTP
   head blames the drafter first, as reference 002 does: drafters change format between
   engine releases, and without them the crash would count against the build;
@@ -51,12 +53,14 @@ from harness.planning.drafter import DRAFT_MTP, BrokenDrafters
 from harness.planning.ladder import DEFAULT_MIN_CTX_SIZE, Rung, end_reason, next_rung
 from harness.planning.launch import LaunchSpec
 from harness.planning.launch_plan import LaunchPlan
+from harness.planning.multi_device import DevicePlan
 from harness.planning.offload import OffloadPlan
 from harness.planning.retry import apply_rung, starting_rung, without_drafter
 from harness.runners.base import RunningServer, ServerRunner
 from harness.runners.observe import notify_planned, notify_supervised
 from harness.runners.readiness import wait_until_ready
 from harness.supervise.cannot_run import cannot_run_here
+from harness.supervise.device_retreat import device_retreat
 from harness.supervise.strikes import (
     STRIKING,
     QuarantinedError,
@@ -130,6 +134,8 @@ class SupervisedLaunch(Generic[S]):
     attempts: tuple[Attempt, ...]
     #: What was changed before the first start (a drafter already known broken).
     notes: tuple[str, ...] = ()
+    #: The spread the serving start sent (a device retreat may have changed the plan's).
+    devices: DevicePlan | None = None
 
 
 class LaunchFailedError(ServerError):
@@ -148,6 +154,8 @@ class _Retry:
     spec: LaunchSpec
     rung: Rung
     action: str
+    #: The spread the next start sends, when a device retreat changed it.
+    devices: DevicePlan | None = None
 
 
 class LaunchSupervisor(Generic[S]):
@@ -191,11 +199,12 @@ class LaunchSupervisor(Generic[S]):
         """
         plan.ensure_sendable()
         notify_planned(plan)
-        return self.launch_spec(plan.spec, plan.offload)
+        return self.launch_spec(plan.spec, plan.offload, plan.devices)
 
-    def launch_spec(self, spec: LaunchSpec,
-                    offload: OffloadPlan | None = None) -> SupervisedLaunch[S]:
-        """Start ``spec`` (with ``offload`` as the ladder's top; None: the spec's own flags).
+    def launch_spec(self, spec: LaunchSpec, offload: OffloadPlan | None = None,
+                    devices: DevicePlan | None = None) -> SupervisedLaunch[S]:
+        """Start ``spec`` (with ``offload`` as the ladder's top; None: the spec's own flags;
+        ``devices``: the spread ``spec`` sends, which a device's out-of-memory start retreats).
 
         Returns the ready server and every attempt; raises ``LaunchFailedError`` (with the
         attempts) when no start served, ``QuarantinedError`` (starting nothing) when the
@@ -217,8 +226,9 @@ class LaunchSupervisor(Generic[S]):
                 self._strikes.clear(self._build_key, spec.model)
                 attempts.append(record.done(AttemptOutcome.SERVED))
                 notify_supervised(attempts, notes)
-                return SupervisedLaunch(server, tuple(attempts), tuple(notes))
-            step = self._recovery(spec, rung, failure, [a.rung for a in attempts] + [rung])
+                return SupervisedLaunch(server, tuple(attempts), tuple(notes), devices)
+            step = self._recovery(spec, rung, failure, [a.rung for a in attempts] + [rung],
+                                  devices=devices, log_text=server.log_text())
             if isinstance(step, str) and failure.kind in STRIKING:
                 step += self._strike(spec, failure, server.log_text())
             if isinstance(step, _Retry) and record.number >= self._max_attempts:
@@ -241,7 +251,7 @@ class LaunchSupervisor(Generic[S]):
                                           ) from failed
                 raise failed
             attempts.append(record.done(AttemptOutcome.RETRIED, step.action))
-            spec, rung = step.spec, step.rung
+            spec, rung, devices = step.spec, step.rung, step.devices or devices
 
     def _start(self, spec: LaunchSpec, wait_s: float) -> tuple[S, StartFailure | None]:
         server = self._runner.launch(spec)
@@ -276,7 +286,8 @@ class LaunchSupervisor(Generic[S]):
                                    self._strikes.path(self._build_key, spec.model))
 
     def _recovery(self, spec: LaunchSpec, rung: Rung, failure: StartFailure,
-                  tried: list[Rung]) -> _Retry | str:
+                  tried: list[Rung], *, devices: DevicePlan | None,
+                  log_text: str) -> _Retry | str:
         """The retry for ``failure``, or why there is none."""
         drafter = _drafter_key(spec)
         if failure.kind is FailureClass.CRASH and drafter is not None:
@@ -296,6 +307,10 @@ class LaunchSupervisor(Generic[S]):
                           f"marked {_drafter_words(spec)} broken for build {self._build_key} "
                           "and retried without speculative decoding")
         if failure.kind is FailureClass.OUT_OF_MEMORY:
+            retreat = (device_retreat(self._model, spec, devices, log_text)
+                       if devices is not None else None)
+            if retreat is not None:
+                return _Retry(retreat.spec, rung, retreat.action, retreat.plan)
             following = next_rung(rung, self._min_ctx_size)
             if following is None:
                 listed = "; ".join(f"{i}. {r.label}" for i, r in enumerate(_unique(tried), 1))
