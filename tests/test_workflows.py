@@ -570,3 +570,142 @@ def test_gpu_jobs_run_on_labelled_self_hosted_runners() -> None:
     gitlab = gitlab_jobs()
     assert gitlab["gate:gpu"]["tags"] == ["$BACKEND"]
     assert {row["BACKEND"] for row in gitlab["nightly"]["parallel"]["matrix"]} == GPU_BACKENDS
+
+
+#: The suite the multi-GPU cells run: one model spread over the runner's cards.
+MULTI_DEVICE_SUITE = "suites/test_multi_device.py"
+GATE = ROOT / "ci" / "scripts" / "gate.sh"
+
+
+def test_the_multi_gpu_cells_run_the_multi_device_suite_on_multi_gpu_runners() -> None:
+    gate = _load(WORKFLOW_DIR / "gate.yml")["jobs"]
+    github = gate["multi-gpu"]
+    assert set(github["strategy"]["matrix"]["backend"]) == GPU_BACKENDS
+    assert github["runs-on"] == ["self-hosted", "linux", "${{ matrix.backend }}", "multi-gpu"]
+    # Only where the gpu job runs: never a fork's pull request on a self-hosted runner.
+    assert github["if"] == gate["gpu"]["if"]
+    assert any("ci/scripts/gate.sh" in str(step.get("run", "")) for step in github["steps"])
+    # upload-artifact refuses a name another job of the run already uploaded.
+    names = [step["with"]["name"] for job in gate.values() for step in job["steps"]
+             if str(step.get("uses", "")).startswith("actions/upload-artifact@")]
+    assert len(names) == len(set(names)), names
+
+    jobs = gitlab_jobs()
+    gitlab = jobs["gate:multi-gpu"]
+    assert gitlab["tags"] == ["$BACKEND", "multi-gpu"]
+    assert {backend for row in gitlab["parallel"]["matrix"] for backend in row["BACKEND"]} \
+        == GPU_BACKENDS
+    assert gitlab["rules"] == jobs["gate:gpu"]["rules"]
+    assert gitlab["script"] == jobs["gate:gpu"]["script"]
+
+    script = GATE.read_text()
+    for where, env in [("gate.yml:multi-gpu", github["env"]),
+                       (".gitlab-ci.yml:gate:multi-gpu", gitlab["variables"])]:
+        assert int(env["HARNESS_GATE_GPU_COUNT"]) >= 2, where
+        suites = str(env["HARNESS_GATE_SUITES"]).split()
+        assert MULTI_DEVICE_SUITE in suites, where
+        for suite in suites:
+            assert (ROOT / suite.partition("::")[0]).exists(), f"{where}: {suite}"
+    # The settings the cells set are the ones the gate reads.
+    for name in ("HARNESS_GATE_GPU_COUNT", "HARNESS_GATE_SUITES"):
+        assert re.search(r"\$\{" + name + r":-", script), name
+
+
+def _gate_env(tmp_path: Path, **settings: str) -> dict[str, str]:
+    """A job's environment for gate.sh, nothing of this shell's CI or harness settings in it.
+
+    Should a setting get past the refusals, the build fails at once (a missing source
+    tree, an empty cache) instead of building.
+    """
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith(("HARNESS_", "GITHUB_", "CI_"))}
+    env.update({
+        "HARNESS_GATE_RUNNER": "subprocess",
+        "HARNESS_GATE_OUT": str(tmp_path / "out"),
+        "HARNESS_GATE_SUMMARY": str(tmp_path / "summary.md"),
+        "HARNESS_CACHE": str(tmp_path / "cache"),
+        "HARNESS_SOURCE": str(tmp_path / "no-such-llama.cpp"),
+        **settings,
+    })
+    return env
+
+
+@pytest.mark.parametrize(("setting", "value", "says"), [
+    ("HARNESS_GATE_GPU_COUNT", "0", "HARNESS_GATE_GPU_COUNT must be a whole number of 1 or more"),
+    ("HARNESS_GATE_GPU_COUNT", "x", "HARNESS_GATE_GPU_COUNT must be a whole number of 1 or more"),
+    ("HARNESS_GATE_GPU_COUNT", "2.5", "not '2.5'"),
+    ("HARNESS_GATE_SUITES", f"{MULTI_DEVICE_SUITE} suites/test_no_such_suite.py",
+     "HARNESS_GATE_SUITES names 'suites/test_no_such_suite.py'"),
+])
+def test_the_gate_refuses_a_bad_gpu_count_or_suite_before_building(
+        tmp_path: Path, setting: str, value: str, says: str) -> None:
+    done = subprocess.run([str(GATE), "cuda"], env=_gate_env(tmp_path, **{setting: value}),
+                          capture_output=True, text=True, timeout=60, check=False)
+    detail = f"exit {done.returncode}\n{done.stderr[-4000:]}"
+    assert done.returncode == 2, detail
+    assert says in done.stderr, detail
+    # Refused before the build and the suites: nothing was built, run or recorded.
+    assert "harness build" not in done.stderr, detail
+    assert "--source" not in done.stderr, detail
+    assert "gate: suites exit" not in done.stderr, detail
+    assert not (tmp_path / "out" / "run.json").exists()
+    assert not (tmp_path / "cache").exists()
+
+
+_RECORDER = """#!/usr/bin/env bash
+printf '%s\\n' "$(basename "$0")" "$@" >>"$GATE_CALLS"
+printf '%s\\n' '---' >>"$GATE_CALLS"
+[ "$(basename "$0")" = python3 ] || echo /stand-in/llama-server
+"""
+
+
+def _gate_calls(tmp_path: Path, backend: str, **settings: str) -> list[list[str]]:
+    """The commands gate.sh runs (``harness`` and ``python3``, both stand-ins), each as its
+    words: a copy of the script in a bare checkout, so no .venv puts the real ones first."""
+    checkout = tmp_path / "checkout"
+    (checkout / "ci" / "scripts").mkdir(parents=True)
+    (checkout / "suites").mkdir()
+    (checkout / MULTI_DEVICE_SUITE).touch()
+    script = checkout / "ci" / "scripts" / "gate.sh"
+    script.write_text(GATE.read_text())
+    script.chmod(0o755)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("harness", "python3"):
+        (bin_dir / name).write_text(_RECORDER)
+        (bin_dir / name).chmod(0o755)
+    calls = tmp_path / "calls"
+    env = _gate_env(tmp_path, **settings)
+    env.update({"PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
+                "GATE_CALLS": str(calls)})
+    done = subprocess.run([str(script), backend], env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stderr[-4000:]}"
+    words = calls.read_text().split("\n---\n")
+    return [call.split("\n") for call in words if call.strip()]
+
+
+@pytest.mark.parametrize(("backend", "count", "required"), [
+    ("cuda", "2", ["--harness-require-gpu", "cuda:2"]),
+    ("rocm", "1", ["--harness-require-gpu", "rocm"]),
+    ("vulkan", "", ["--harness-require-gpu", "vulkan"]),
+    ("cpu", "2", []),
+])
+def test_the_gate_passes_its_gpu_count_and_suites_to_pytest(
+        tmp_path: Path, backend: str, count: str, required: list[str]) -> None:
+    calls = _gate_calls(tmp_path, backend, HARNESS_GATE_GPU_COUNT=count,
+                        HARNESS_GATE_SUITES=f" {MULTI_DEVICE_SUITE} ")
+    pytest_calls = [call[3:] for call in calls if call[:3] == ["python3", "-m", "pytest"]]
+    assert len(pytest_calls) == 1, calls
+    args = pytest_calls[0]
+    assert args[0] == MULTI_DEVICE_SUITE
+    assert "suites" not in args
+    found = [args[i:i + 2] for i, word in enumerate(args) if word == "--harness-require-gpu"]
+    assert found == ([required] if required else []), args
+
+
+def test_the_gate_runs_every_suite_by_default(tmp_path: Path) -> None:
+    calls = _gate_calls(tmp_path, "cuda")
+    args = next(call[3:] for call in calls if call[:3] == ["python3", "-m", "pytest"])
+    assert args[0] == "suites"
+    assert args[args.index("--harness-require-gpu") + 1] == "cuda"

@@ -4,7 +4,8 @@
 #   ci/scripts/gate.sh BACKEND [PYTEST_ARGS...]      BACKEND: cpu, cuda, rocm or vulkan
 #
 # 1. builds llama-server for BACKEND (cached by build key: a hit costs about a second),
-# 2. runs the suites in suites/ against it with Allure results and a run record,
+# 2. runs the suites (HARNESS_GATE_SUITES, default suites/) against it with Allure
+#    results and a run record,
 # 3. renders the one-file Allure report (the CI artifact),
 #    with HARNESS_GATE_AB_BASELINE set, measures it against a baseline build side by
 #    side (`harness ab`),
@@ -41,6 +42,13 @@
 #                         see docs/results.md)
 #   HARNESS_GATE_REQUIRE_GPU  1 (default for GPU backends): the run fails instead of
 #                         skipping when the build sees no device of BACKEND
+#   HARNESS_GATE_GPU_COUNT  how many devices of BACKEND the run needs (default 1), a
+#                         whole number of 1 or more: above 1, the requirement above
+#                         demands BACKEND:N (e.g. cuda:2), so a multi-GPU runner whose
+#                         build lists fewer fails instead of skipping; not used for cpu
+#                         or with HARNESS_GATE_REQUIRE_GPU=0
+#   HARNESS_GATE_SUITES   the pytest paths the gate runs, a word list (default suites;
+#                         e.g. "suites/test_multi_device.py", the multi-GPU cell's)
 #   HARNESS_GATE_AB_BASELINE  pin, or a git ref of the llama.cpp checkout in
 #                         HARNESS_SOURCE: that source is built (a cache hit when it was
 #                         built before) and `harness ab` measures the build under test
@@ -86,6 +94,9 @@ out=$(cd "$out" && pwd)
 baseline=${HARNESS_GATE_BASELINE-main}
 summary=${HARNESS_GATE_SUMMARY:-${GITHUB_STEP_SUMMARY:-$out/summary.md}}
 workers=${HARNESS_GATE_WORKERS:-auto}
+gpu_count=${HARNESS_GATE_GPU_COUNT:-1}
+# shellcheck disable=SC2206  # a word list on purpose
+suite_paths=(${HARNESS_GATE_SUITES:-suites})
 # Passed on only when set, so the compare CLI's defaults (harness/results/rules.py) are
 # the one copy of the noise rule's.
 noise_args=()
@@ -116,6 +127,20 @@ if [ -n "$ab_baseline" ] && [ "$ab_baseline" != pin ] && [ -z "${HARNESS_SOURCE:
        "HARNESS_SOURCE (the llama.cpp checkout it is a ref of); or use pin" >&2
   exit 2
 fi
+if ! [[ $gpu_count =~ ^[1-9][0-9]*$ ]]; then
+  echo "gate: HARNESS_GATE_GPU_COUNT must be a whole number of 1 or more (the devices" \
+       "of BACKEND the run needs), not '$gpu_count'" >&2
+  exit 2
+fi
+for suite in "${suite_paths[@]}"; do
+  # Relative to the checkout, where pytest runs; a node id (suites/test_x.py::test_y)
+  # names its file before the "::".
+  case $suite in /*) file=${suite%%::*} ;; *) file=$root/${suite%%::*} ;; esac
+  if [ ! -e "$file" ]; then
+    echo "gate: HARNESS_GATE_SUITES names '$suite', which is no path in the checkout" >&2
+    exit 2
+  fi
+done
 
 # -- 1. the build under test ------------------------------------------------------
 run_args=(--harness-runner "$runner")
@@ -156,13 +181,17 @@ else
   exit 2
 fi
 if [ "$backend" != cpu ] && [ "${HARNESS_GATE_REQUIRE_GPU:-1}" = 1 ]; then
-  run_args+=(--harness-require-gpu "$backend")
+  if [ "$gpu_count" = 1 ]; then
+    run_args+=(--harness-require-gpu "$backend")
+  else
+    run_args+=(--harness-require-gpu "$backend:$gpu_count")
+  fi
 fi
 
 # -- 2. the suites ------------------------------------------------------------------
 rm -f "$run_json"
 suites_rc=0
-(cd "$root" && python3 -m pytest suites -p no:cacheprovider -n "$workers" \
+(cd "$root" && python3 -m pytest "${suite_paths[@]}" -p no:cacheprovider -n "$workers" \
   --alluredir "$results" --clean-alluredir --harness-run-record "$run_json" \
   "${run_args[@]}" "$@") || suites_rc=$?
 echo "gate: suites exit $suites_rc" >&2
