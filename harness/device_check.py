@@ -2,7 +2,8 @@
 
 A lent GPU machine (docs/design.md: one H200, no Docker, no package registry, 64 MiB carried
 per call, at most 8 files of 16 MiB back) runs ``ci/scripts/device-check.sh``. This
-module makes the bundle it needs — the llama-server binary compressed, and wheels for
+module makes the bundle it needs — the llama-server binary compressed (and the RPC
+server, when one is carried: the multi-device suite's extra devices), and wheels for
 every distribution the plugin imports except numpy, which that machine has — and packs
 the results (run record, Allure results, startup logs) into one archive under the size
 that can come back. ``python -m harness.device_check bundle|results …`` is how the
@@ -49,6 +50,9 @@ ENTRY_MODULES = ("harness.plugin.hooks", "harness.plugin.recording.pytest_plugin
 #: the GPU machine (16 MB a wheel), setuptools is only imported by accident of packaging.
 NOT_CARRIED = frozenset({"harness", "numpy", "setuptools"})
 BINARY_NAME = "llama-server"
+#: The RPC server's name in the bundle (``.xz``) and beside the unpacked binary, where a
+#: bare binary's probe looks for it (harness/builds/under_test.py).
+RPC_SERVER_NAME = "ggml-rpc-server"
 
 
 @dataclass(frozen=True)
@@ -115,8 +119,10 @@ def download_argv(specs: Sequence[WheelSpec], dest: Path, python_version: str) -
             *(spec.requirement for spec in specs)]
 
 
-def make_bundle(binary: Path, out: Path, python_version: str) -> dict[str, object]:
-    """Write ``out/``: the binary xz-compressed with its sha256, and the wheels.
+def make_bundle(binary: Path, out: Path, python_version: str,
+                rpc_server: Path | None = None) -> dict[str, object]:
+    """Write ``out/``: the binary xz-compressed with its sha256, the RPC server likewise
+    when one is given (the manifest's ``rpc_server``), and the wheels.
 
     Refuses a bundle over :data:`CARRY_LIMIT` (with what took the space), since the
     device tool would not carry it.
@@ -124,6 +130,10 @@ def make_bundle(binary: Path, out: Path, python_version: str) -> dict[str, objec
     if not binary.is_file():
         raise ConfigError(f"no llama-server binary at {binary}; build one "
                           "(harness build --backend cuda --cuda-arch 90) or pass --binary")
+    if rpc_server is not None and not rpc_server.is_file():
+        raise ConfigError(f"no RPC server at {rpc_server}; build one (harness build "
+                          "--backend cpu --rpc puts it in bin/ beside llama-server) or drop "
+                          "--rpc-server")
     if out.exists():
         shutil.rmtree(out)
     wheels = out / "wheels"
@@ -134,25 +144,34 @@ def make_bundle(binary: Path, out: Path, python_version: str) -> dict[str, objec
     if proc.returncode != 0:
         raise ConfigError(f"pip could not fetch the device check's wheels for Python "
                           f"{python_version}:\n{proc.stderr[-2000:]}")
-    data = binary.read_bytes()
-    compressed = out / f"{BINARY_NAME}.xz"
-    compressed.write_bytes(lzma.compress(data, preset=6))
-    manifest: dict[str, object] = {
-        "binary": {"name": binary.name, "sha256": hashlib.sha256(data).hexdigest(),
-                   "bytes": len(data), "compressed_bytes": compressed.stat().st_size},
+    manifest: dict[str, object] = {"binary": _compress(binary, out / f"{BINARY_NAME}.xz")}
+    if rpc_server is not None:
+        manifest["rpc_server"] = _compress(rpc_server, out / f"{RPC_SERVER_NAME}.xz")
+    manifest.update({
         "python": python_version,
         "wheels": sorted(p.name for p in wheels.glob("*.whl")),
         "made": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    })
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     total = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     manifest["bytes"] = total
     if total > CARRY_LIMIT:
+        compressed = ", ".join(
+            f"{name} {(out / f'{name}.xz').stat().st_size / MIB:.1f} MiB"
+            for name in (BINARY_NAME, RPC_SERVER_NAME) if (out / f"{name}.xz").is_file())
         raise ConfigError(f"the device bundle {out} is {total / MIB:.1f} MiB, over the "
-                          f"{CARRY_LIMIT // MIB} MiB a call carries (binary "
-                          f"{compressed.stat().st_size / MIB:.1f} MiB compressed); build a "
-                          "reduced binary (--reduced) or carry fewer wheels")
+                          f"{CARRY_LIMIT // MIB} MiB a call carries (compressed: "
+                          f"{compressed}); build a reduced binary (--reduced) or carry "
+                          "fewer wheels")
     return manifest
+
+
+def _compress(source: Path, target: Path) -> dict[str, object]:
+    """``source`` xz-compressed to ``target``; its manifest entry (name, sha256, sizes)."""
+    data = source.read_bytes()
+    target.write_bytes(lzma.compress(data, preset=6))
+    return {"name": source.name, "sha256": hashlib.sha256(data).hexdigest(),
+            "bytes": len(data), "compressed_bytes": target.stat().st_size}
 
 
 def unpack_wheels(wheels: Iterable[Path], site: Path) -> int:
@@ -232,6 +251,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     bundle = commands.add_parser("bundle", help="make the bundle a device-check call carries")
     bundle.add_argument("--binary", type=Path, required=True)
+    bundle.add_argument("--rpc-server", type=Path, default=None,
+                        help="an RPC server to carry beside the binary (ggml-rpc-server)")
     bundle.add_argument("--out", type=Path, required=True)
     bundle.add_argument("--python", default="3.12",
                         help="the GPU machine's Python (default 3.12)")
@@ -244,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "bundle":
-            manifest = make_bundle(args.binary, args.out, args.python)
+            manifest = make_bundle(args.binary, args.out, args.python, args.rpc_server)
             print(json.dumps({k: v for k, v in manifest.items() if k != "wheels"}))
         elif args.command == "unpack":
             print(f"unpacked {unpack_wheels(args.wheels.glob('*.whl'), args.site)} wheels")

@@ -22,7 +22,7 @@ from checkout import REPO_ROOT
 
 from harness import modelgen
 from harness.builds.capabilities import bare_binary_info, bare_binary_key, parse_capabilities
-from harness.builds.under_test import BuildUnderTest, resolve_named_build
+from harness.builds.under_test import BuildUnderTest, resolve_named_build, rpc_server_beside
 from harness.errors import ConfigError
 from harness.facts.build import Backend, Capabilities
 from harness.facts.gpu import GpuInfo
@@ -94,6 +94,26 @@ def test_a_bare_binary_record_carries_its_help_and_a_content_key() -> None:
     assert info.version.startswith("version: 0.6.0-dev")
     # A different file is a different build; the same file anywhere is the same one.
     assert bare_binary_key(Backend.CUDA, "cd" * 32) != info.key
+    assert info.rpc_server is None
+
+
+#: The captured help without its ``--rpc`` option: a build without the RPC client.
+HELP_WITHOUT_RPC = "\n".join(line for line in HELP.splitlines()
+                             if not line.startswith("--rpc "))
+
+
+@pytest.mark.parametrize(("help_text", "recorded"), [
+    pytest.param(HELP, True, id="help-lists-rpc"),
+    pytest.param(HELP_WITHOUT_RPC, False, id="no-rpc-client"),
+])
+def test_a_bare_binary_records_the_rpc_server_beside_it_when_it_takes_rpc(
+        help_text: str, recorded: bool) -> None:
+    assert "--rpc " in HELP
+    info = bare_binary_info(binary="/work/bin/llama-server", sha256="ab" * 32,
+                            backend=Backend.CUDA, version="", help_text=help_text,
+                            rpc_server="/work/bin/ggml-rpc-server")
+    assert info.rpc_server == ("/work/bin/ggml-rpc-server" if recorded else None)
+    assert info.has_rpc is recorded
 
 
 # --- what the planner does with the capabilities (pure) --------------------------------
@@ -169,6 +189,49 @@ esac
     assert build.backend is Backend.CUDA
     assert build.key == f"cuda-binary-{sha256_file(fake)[:16]}"
     assert build.info.capabilities.cache_types_k == parse_capabilities(HELP).cache_types_k
+
+
+def _fake_server(folder: Path, help_text: str) -> Path:
+    """A stand-in llama-server in ``folder`` that prints ``help_text`` for ``--help``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "help.txt").write_text(help_text)
+    return _script(folder / "llama-server", f"""case "$1" in
+  --help) cat {folder / "help.txt"} ;;
+  --list-devices) printf 'Available devices:\\n  (none)\\n' ;;
+esac
+""")
+
+
+@pytest.mark.parametrize(("beside", "executable", "help_text", "found"), [
+    pytest.param("ggml-rpc-server", True, HELP, "ggml-rpc-server", id="ggml-rpc-server"),
+    pytest.param("rpc-server", True, HELP, "rpc-server", id="older-name"),
+    pytest.param(None, True, HELP, None, id="none-beside"),
+    pytest.param("ggml-rpc-server", False, HELP, None, id="not-executable"),
+    pytest.param("ggml-rpc-server", True, HELP_WITHOUT_RPC, None, id="no-rpc-client"),
+])
+def test_a_probed_binary_takes_the_rpc_server_beside_it(
+        tmp_path: Path, beside: str | None, executable: bool, help_text: str,
+        found: str | None) -> None:
+    fake = _fake_server(tmp_path / "bin", help_text)
+    if beside is not None:
+        server = tmp_path / "bin" / beside
+        if executable:
+            _script(server, "exit 0\n")
+        else:
+            server.write_text("#!/bin/sh\n")
+    build = resolve_named_build(str(fake), tmp_path / "cache")
+    assert build.probed
+    assert build.info is not None
+    expected = str(tmp_path / "bin" / found) if found else None
+    assert build.info.rpc_server == expected
+    assert build.info.has_rpc is (found is not None)
+
+
+def test_the_newer_rpc_server_name_is_taken_before_the_older(tmp_path: Path) -> None:
+    fake = _fake_server(tmp_path / "bin", HELP)
+    for name in ("rpc-server", "ggml-rpc-server"):
+        _script(tmp_path / "bin" / name, "exit 0\n")
+    assert rpc_server_beside(fake) == tmp_path / "bin" / "ggml-rpc-server"
 
 
 @pytest.mark.server

@@ -1,11 +1,13 @@
 """The device check: its bundle, its result archive, and a dry run of the whole script.
 
 The dry run is the device check itself on this machine's CPU build: the bundle is made
-with the CPU binary and wheels for this Python, and ``ci/scripts/device-check.sh
---dry-run`` runs under the system Python with a bare environment — nothing of this
-virtual environment on its path except numpy (the GPU machine has numpy and nothing else
-the harness needs) — so a wheel missing from the bundle, a step that needs a registry or
-the harness installed, or an archive over the size that can come back fails here first.
+with the CPU RPC build's binary and RPC server and wheels for this Python, and
+``ci/scripts/device-check.sh --dry-run`` runs under the system Python with a bare
+environment — nothing of this virtual environment on its path except numpy (the GPU
+machine has numpy and nothing else the harness needs) — so a wheel missing from the
+bundle, a step that needs a registry or the harness installed, or an archive over the
+size that can come back fails here first; and the multi-device suite runs on the carried
+RPC server, as it does beside the GPU.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from harness.device_check import (
     unpack_wheels,
 )
 from harness.errors import ConfigError
-from harness.planning.build_plan import BuildRequest
+from harness.planning.build_plan import SUITE_BUILD
 
 SCRIPTS = REPO_ROOT / "ci" / "scripts"
 
@@ -43,8 +45,10 @@ def test_every_imported_distribution_but_numpy_is_carried_at_its_pin() -> None:
     assert not {name.lower() for name in NOT_CARRIED} & carried.keys()
     # The run's own plugins and what they need only later (httpx's httpcore, xdist's
     # execnet) travel too.
+    # (Not SQLAlchemy: only the results store imports it, and the run never does; it was
+    # carried only when an earlier test in the same worker had loaded the store.)
     for name in ("pytest", "pytest-xdist", "execnet", "allure-pytest", "gguf", "httpcore",
-                 "nvidia-ml-py", "sqlalchemy"):
+                 "nvidia-ml-py"):
         assert name in carried, f"{name} is not carried"
     assert carried["pytest"] == __import__("pytest").__version__
 
@@ -109,9 +113,13 @@ def _numpy_only(tmp_path: Path) -> Path:
 @pytest.mark.server
 def test_the_device_check_dry_run_packs_results_that_can_come_back(
         tmp_path: Path, harness_cache: Path) -> None:
-    # The plain CPU build, as the real check packs a GPU build without the RPC backend:
-    # a bare binary carries no build record to say it has one.
-    llama_server_binary = ensure_build(harness_cache, BuildRequest()).binary
+    # The suites' build (the CPU build with the RPC backend), as the real check packs
+    # its CUDA build with the RPC backend: the pack finds the RPC server beside the
+    # binary, and the unpacked bare binary's probe finds it beside itself again.
+    build = ensure_build(harness_cache, SUITE_BUILD)
+    llama_server_binary = build.binary
+    assert build.info.rpc_server is not None, build.info.key
+    rpc_server = Path(build.info.rpc_server)
     system_python = shutil.which("python3", path="/usr/bin:/bin")
     if system_python is None:
         pytest.skip("no system python3 in /usr/bin to run the dry run outside the venv")
@@ -129,6 +137,9 @@ def test_the_device_check_dry_run_packs_results_that_can_come_back(
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert lzma.decompress((bundle / "llama-server.xz").read_bytes()) == \
         llama_server_binary.read_bytes()
+    assert manifest["rpc_server"]["name"] == "ggml-rpc-server"
+    assert lzma.decompress((bundle / "ggml-rpc-server.xz").read_bytes()) == \
+        rpc_server.read_bytes()
     assert manifest["wheels"]
 
     out = tmp_path / "out"
@@ -137,14 +148,17 @@ def test_the_device_check_dry_run_packs_results_that_can_come_back(
            "HARNESS_DEVICE_BUNDLE": str(bundle), "HARNESS_DEVICE_WORK": str(tmp_path / "work"),
            "OUT": str(out), "HARNESS_DEVICE_WORKERS": "2",
            # The dry run proves the steps, not the suites (the suites run in this test
-           # command anyway): a narrow selection keeps it short.
-           "HARNESS_DEVICE_SELECT": "smoke or gpu or ladder"}
+           # command anyway): a narrow selection keeps it short. The multi-device
+           # suite's ladder test is in it (its name says ladder): it proves the carried
+           # RPC server is found and starts.
+           "HARNESS_DEVICE_SELECT": "smoke or gpu or ladder or planned_share"}
     run = subprocess.run(["bash", str(SCRIPTS / "device-check.sh"), "--dry-run"],
                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False,
                          timeout=600)
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-4000:]
     assert "unpacking the binary" in log
+    assert "RPC server: " in log, log[-4000:]
     archive = out / "device-check.tar.xz"
     assert archive.stat().st_size <= RETURN_FILE_LIMIT
     with tarfile.open(archive) as tar:
@@ -157,3 +171,11 @@ def test_the_device_check_dry_run_packs_results_that_can_come_back(
     assert outcomes, "the run record holds no test outcome"
     # Without --harness-require-gpu the GPU-marked tests skip here; they are in the run.
     assert any("gpu" in o["test_id"] for o in outcomes)
+    # The multi-device suite ran on the carried RPC server and passed; what skipped there
+    # needs a GPU, none skipped for want of the RPC server (the bare binary's record).
+    multi_device = [o for o in outcomes
+                    if o["test_id"].startswith("suites/test_multi_device.py::")]
+    ran = {o["test_id"]: o["outcome"] for o in multi_device if o["outcome"] != "skipped"}
+    assert ran, [(o["test_id"], o.get("message")) for o in multi_device]
+    assert set(ran.values()) == {"passed"}, ran
+    assert not [o for o in multi_device if "no RPC backend" in (o.get("message") or "")]

@@ -6,15 +6,19 @@
 #   ci/scripts/device-check.sh --dry-run  here, on the CPU build: every step but the GPU
 #
 # What it needs beside the checkout is the bundle ci/scripts/device-pack.sh made
-# (device-bundle/: llama-server.xz, manifest.json, wheels/), carried with the call
-# (`run` with carry ["device-bundle"]). It unpacks the binary and the wheels (onto
-# PYTHONPATH: no pip, no venv), puts the CUDA 13 libraries of PyPI's nvidia-cublas and
-# nvidia-cuda-runtime on the loader's path, writes the fixtures, and runs the suites with
-# --harness-require-gpu cuda (so a GPU that does not answer fails instead of skipping):
-# target and drafter on the GPU per block, plan forwarding with -ngl, MoE --n-cpu-moe
-# with CUDA buffer sizes, a real out-of-memory start and the ladder's retreat, VRAM from
-# NVML, speed figures. It packs run.json, the Allure results and the startup logs into
-# $OUT/device-check.tar.xz (at most 16 MiB: what one returned file may be).
+# (device-bundle/: llama-server.xz, ggml-rpc-server.xz, manifest.json, wheels/), carried
+# with the call (`run` with carry ["device-bundle"]). It unpacks the binary, the RPC
+# server beside it (when the bundle has one: the binary's probe records it as the
+# build's RPC server) and the wheels (onto PYTHONPATH: no pip, no venv), puts the CUDA 13
+# libraries of PyPI's nvidia-cublas and nvidia-cuda-runtime on the loader's path, writes
+# the fixtures, and runs the suites with --harness-require-gpu cuda (so a GPU that does
+# not answer fails instead of skipping): target and drafter on the GPU per block, plan
+# forwarding with -ngl, MoE --n-cpu-moe with CUDA buffer sizes, a real out-of-memory
+# start and the ladder's retreat, VRAM from NVML, speed figures, and the multi-device
+# suite: a model spread over ggml-rpc-server processes on loopback (CPU-backed RPC
+# devices, each capped) beside the GPU. It packs run.json, the Allure results and the
+# startup logs into $OUT/device-check.tar.xz (at most 16 MiB: what one returned file
+# may be).
 #
 # Settings (environment):
 #   HARNESS_DEVICE_BUNDLE   the bundle folder (default device-bundle/)
@@ -51,18 +55,30 @@ python3 - "$bundle" "$work" <<'PY'
 import hashlib, json, lzma, os, sys
 bundle, work = sys.argv[1:]
 manifest = json.load(open(os.path.join(bundle, "manifest.json")))
-data = lzma.decompress(open(os.path.join(bundle, "llama-server.xz"), "rb").read())
-if hashlib.sha256(data).hexdigest() != manifest["binary"]["sha256"]:
-    sys.exit("device-check: llama-server.xz does not match manifest.json's sha256")
 os.makedirs(os.path.join(work, "bin"), exist_ok=True)
-path = os.path.join(work, "bin", "llama-server")
-open(path, "wb").write(data)
-os.chmod(path, 0o755)
+# The RPC server goes beside llama-server, where a bare binary's probe finds it.
+for entry, name in (("binary", "llama-server"), ("rpc_server", "ggml-rpc-server")):
+    if entry not in manifest:
+        continue
+    packed = os.path.join(bundle, name + ".xz")
+    if not os.path.isfile(packed):
+        sys.exit(f"device-check: manifest.json names {entry} but {packed} is missing")
+    data = lzma.decompress(open(packed, "rb").read())
+    if hashlib.sha256(data).hexdigest() != manifest[entry]["sha256"]:
+        sys.exit(f"device-check: {name}.xz does not match manifest.json's sha256")
+    path = os.path.join(work, "bin", name)
+    open(path, "wb").write(data)
+    os.chmod(path, 0o755)
 PY
 export PYTHONPATH="$root:$work/site${PYTHONPATH:+:$PYTHONPATH}"
 python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); from harness.device_check import main; raise SystemExit(main(["unpack", "--wheels", sys.argv[2], "--site", sys.argv[3]]))' \
   "$root" "$bundle/wheels" "$work/site"
 binary="$work/bin/llama-server"
+if [ -x "$work/bin/ggml-rpc-server" ]; then
+  step "RPC server: $work/bin/ggml-rpc-server (the multi-device suite's devices)"
+else
+  step "no RPC server in the bundle: the multi-device suite skips"
+fi
 
 # The CUDA 13 runtime and cuBLAS the binary links come from PyPI's nvidia-* wheels on
 # that machine (nvidia/cu13/lib or nvidia/<name>/lib, depending on the wheel's age).
@@ -95,7 +111,7 @@ require=cuda
 [ -z "$dry_run" ] || require=""
 suites=(suites/test_gpu_unused.py suites/test_plan_forwarding.py
         suites/test_offload_ladders.py suites/test_performance.py
-        suites/test_smoke.py suites/test_numerics.py)
+        suites/test_smoke.py suites/test_numerics.py suites/test_multi_device.py)
 step "suites (require GPU: ${require:-none}, $workers workers, budget ${HARNESS_DEVICE_BUDGET_S:-240}s)"
 # The plugin is registered by the harness's entry point where it is installed; from the
 # carried checkout it is named on the command line instead.

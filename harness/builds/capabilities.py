@@ -8,7 +8,8 @@ argument (``none,draft-simple,…``).
 
 ``bare_binary_info`` makes the record of a binary with no ``build.json`` (a fork built by
 its own CI, a binary carried to a GPU machine) from what the binary itself printed, the
-same fields ``harness build`` records, so planning and reports treat it like a build.
+same fields ``harness build`` records, so planning and reports treat it like a build;
+an RPC server found beside it is its ``rpc_server`` when its help lists ``--rpc``.
 """
 
 from __future__ import annotations
@@ -105,12 +106,15 @@ def bare_binary_key(backend: Backend, sha256: str) -> str:
 
 
 def bare_binary_info(*, binary: str, sha256: str, backend: Backend, version: str,
-                     help_text: str) -> BuildInfo:
+                     help_text: str, rpc_server: str | None = None) -> BuildInfo:
     """The record of a binary no ``harness build`` made, from its own output (pure).
 
     Its source, flags and compiler are not known, so they say so; ``source_origin`` names
-    the file and its hash.
+    the file and its hash. ``rpc_server`` is the RPC server found beside it (a device
+    check carries one): recorded only when the binary's help lists ``--rpc``, since a
+    server without the RPC client has nothing to point at it.
     """
+    capabilities = parse_capabilities(help_text)
     return BuildInfo(
         key=bare_binary_key(backend, sha256),
         backend=backend,
@@ -121,5 +125,6 @@ def bare_binary_info(*, binary: str, sha256: str, backend: Backend, version: str
         cmake_flags=(),
         compiler=UNKNOWN,
         build_seconds=0.0,
-        capabilities=parse_capabilities(help_text),
+        capabilities=capabilities,
+        rpc_server=rpc_server if capabilities.accepts_flag("--rpc") else None,
     )

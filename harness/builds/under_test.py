@@ -5,7 +5,9 @@
 CPU. A binary with no ``build.json`` beside it (a fork built by its own CI, a binary
 carried to a GPU machine) is asked at session start, as ``harness build`` asks what it
 built: ``--help`` for its capabilities, ``--version``, and ``--list-devices`` with
-``--version`` for its backend; its key is made from its content hash.
+``--version`` for its backend; its key is made from its content hash. An executable
+RPC server beside it (``ggml-rpc-server``, or ``rpc-server`` in older trees) is its RPC
+server when its help lists ``--rpc``, as ``harness build --rpc`` records one.
 """
 
 from __future__ import annotations
@@ -15,11 +17,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.builds.capabilities import bare_binary_info
-from harness.builds.native import BuildResult, builds_dir, read_build_info, server_output
+from harness.builds.native import (
+    RPC_SERVER_FILE,
+    BuildResult,
+    builds_dir,
+    read_build_info,
+    server_output,
+)
 from harness.errors import ConfigError
 from harness.facts.build import Backend, BuildInfo
 from harness.files import sha256_file
 from harness.probes.devices import infer_backend, run_list_devices
+
+#: The RPC server's file names beside a bare binary, in the order looked for: the name
+#: ``harness build --rpc`` gives it (the target's at the pin), then the older target's.
+RPC_SERVER_NAMES = (RPC_SERVER_FILE, "rpc-server")
 
 
 @dataclass(frozen=True)
@@ -87,7 +99,8 @@ def resolve_named_build(name: str, cache: Path,
 
 def probe_binary(binary: Path, option: str = "--harness-build") -> BuildInfo:
     """The record of a binary with no ``build.json``, from its own ``--help``,
-    ``--version`` and ``--list-devices``; ConfigError when ``--help`` fails.
+    ``--version`` and ``--list-devices``, and the RPC server beside it
+    (:func:`rpc_server_beside`); ConfigError when ``--help`` fails.
 
     A ``--help`` that succeeds but lists none of llama-server's options gives empty
     capabilities, which the planner reads as "not known" (it then trusts the plan).
@@ -104,5 +117,17 @@ def probe_binary(binary: Path, option: str = "--harness-build") -> BuildInfo:
     listing = run_list_devices(binary)
     backend = infer_backend(listing.devices(), listing.stdout, listing.stderr,
                             version if version_code is not None else "")
+    rpc_server = rpc_server_beside(binary)
     return bare_binary_info(binary=str(binary), sha256=sha256_file(binary), backend=backend,
-                            version=version if version_code == 0 else "", help_text=help_text)
+                            version=version if version_code == 0 else "", help_text=help_text,
+                            rpc_server=str(rpc_server) if rpc_server else None)
+
+
+def rpc_server_beside(binary: Path) -> Path | None:
+    """The executable RPC server in the binary's folder, by :data:`RPC_SERVER_NAMES`;
+    None when there is none."""
+    for name in RPC_SERVER_NAMES:
+        candidate = binary.parent / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return None
