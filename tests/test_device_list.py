@@ -39,10 +39,10 @@ def test_the_shipped_device_lists_load(path: Path) -> None:
 def test_a_card_takes_its_configs_figures_and_an_rpc_entry_its_own(tmp_path: Path) -> None:
     card = next(c for c in CARDS if c.name == "rtx-3090")
     listed = load_device_list(_write(tmp_path, {"devices": [
-        {"card": "rtx-3090"},
         {"rpc": "127.0.0.1:50052", "memory_mib": 300, "bandwidth_gbps": 12.5,
-         "hop_latency_us": 80}]}), CARDS)
-    first, second = listed.devices
+         "hop_latency_us": 80},
+        {"card": "rtx-3090"}]}), CARDS)
+    second, first = listed.devices
     assert (first.kind, first.memory_mib, first.reserved_mib, first.bandwidth_gbps) == (
         DeviceKind.CARD, card.vram_mib, card.reserved_headroom_mib, card.memory_bandwidth_gbps)
     assert first.key == "rtx-3090"
@@ -58,6 +58,9 @@ def test_a_card_takes_its_configs_figures_and_an_rpc_entry_its_own(tmp_path: Pat
     ([{"rpc": "127.0.0.1:70000", "memory_mib": 8, "bandwidth_gbps": 1}], "no valid port"),
     ([{"rpc": "127.0.0.1:5", "bandwidth_gbps": 1}], "memory_mib"),
     ([], "devices"),
+    # llama.cpp puts RPC devices before the build's own: a card first cannot be that order.
+    ([{"card": "rtx-3090"}, {"rpc": "127.0.0.1:5", "memory_mib": 8, "bandwidth_gbps": 1}],
+     "list the RPC endpoints first"),
 ])
 def test_a_bad_list_names_the_file_and_the_problem(tmp_path: Path, devices: object,
                                                   says: str) -> None:

@@ -34,6 +34,13 @@ def load_device_list(path: Path, cards: Sequence[GpuConfig]) -> DeviceList:
     devices = []
     for index, entry in enumerate(data["devices"]):
         devices.append(_device(entry, by_name, f"{path}: $.devices[{index}]"))
+    first_card = next((i for i, d in enumerate(devices) if d.kind is DeviceKind.CARD),
+                      len(devices))
+    if any(d.kind is DeviceKind.RPC for d in devices[first_card:]):
+        # src/llama.cpp puts every RPC device before the build's own GPUs, and
+        # --tensor-split's shares follow that order, not the file's.
+        raise ConfigError(f"{path}: an RPC endpoint follows a card, but llama.cpp orders RPC "
+                          "devices before the build's own GPUs: list the RPC endpoints first")
     keys = [d.key for d in devices]
     if repeated := sorted({k for k in keys if keys.count(k) > 1} - set(by_name)):
         # Two cards of one model are two devices; one endpoint twice is one server.
