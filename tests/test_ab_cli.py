@@ -60,11 +60,14 @@ def test_the_same_build_twice_is_not_a_regression(harness_build: BuildUnderTest)
     key = str(harness_build.binary)
     result = _ab("--baseline", key, "--candidate", key, "--metric", "decode_tps",
                  "--metric", "load_s", "--budget-s", "12", "--seed", "4", "--json")
-    assert result.returncode == 0, result.stdout + result.stderr
+    # 12 s may not decide decode_tps: undecided (exit 3) is no regression either.
+    assert result.returncode in (0, 3), result.stdout + result.stderr
     body = json.loads(result.stdout)
     verdicts = {m["metric"]: m["verdict"] for m in body["metrics"]}
     assert set(verdicts) == {"decode_tps", "load_s"}
     assert "regressed" not in verdicts.values()
+    assert (result.returncode == 3) == bool(body["undecided"]), body["undecided"]
+    assert set(body["undecided"]) <= {m for m, v in verdicts.items() if v == "unknown"}
     samples = body["samples"]
     assert len(samples) >= 4
     assert [s["sequence"] for s in samples] == list(range(len(samples)))
@@ -83,7 +86,8 @@ def test_the_duet_design_pins_the_arms_to_opposite_halves(
     key = str(harness_build.binary)
     result = _ab("--baseline", key, "--candidate", key, "--metric", "decode_tps",
                  "--design", "duet", "--budget-s", "10", "--json")
-    assert result.returncode == 0, result.stdout + result.stderr
+    # Never "unchanged" (below), so undecided: exit 3.
+    assert result.returncode == 3, result.stdout + result.stderr
     body = json.loads(result.stdout)
     assert body["design"] == "duet"
     for pair in {s["pair"] for s in body["samples"]}:
@@ -259,7 +263,8 @@ def _crash_in_second_request(parent: psutil.Process, binary: Path, log_dir: Path
 
 # In the parallel group: the design, the arm and the samples are what it reads, not a
 # verdict on speed — exit 1 (a neighbour's load read as a regression of an image against
-# itself) is as good as 0 here; exit 2, an error, is not.
+# itself) or 3 (undecided in the short budget) is as good as 0 here; exit 2, an error,
+# is not.
 @pytest.mark.server
 @pytest.mark.docker
 def test_two_images_are_compared_interleaved(tmp_path: Path) -> None:
@@ -268,7 +273,7 @@ def test_two_images_are_compared_interleaved(tmp_path: Path) -> None:
     assert image is not None
     result = _ab("--baseline", image, "--candidate", image, "--metric", "decode_tps",
                  "--budget-s", "15", "--json")
-    assert result.returncode in (0, 1), result.stdout + result.stderr
+    assert result.returncode in (0, 1, 3), result.stdout + result.stderr
     body = json.loads(result.stdout)
     assert body["design"] == "interleaved"
     assert body["candidate"] == f"image {image}"

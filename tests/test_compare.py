@@ -302,8 +302,8 @@ def test_json_is_serialisable_with_stable_keys() -> None:
     assert body["figures"][0]["z"] == "inf"
     body = json.loads(json.dumps(comparison_json(_mixed()), allow_nan=False))
     assert set(body) == {"regressed", "verdict", "current_run", "baseline_runs", "hardware",
-                         "rule", "tests", "figures", "figure_counts", "ab", "bisect", "tune",
-                         "numerics", "numerics_counts", "drift"}
+                         "rule", "tests", "figures", "figure_counts", "ab", "ab_undecided",
+                         "bisect", "tune", "numerics", "numerics_counts", "drift"}
     assert body["ab"] is None  # no A/B result in the current run
     assert body["bisect"] is None
     assert body["tune"] is None

@@ -1,5 +1,6 @@
 """The current run's paired A/B result in a comparison: its markdown section, its JSON,
-and that an A/B regression fails the comparison (and `harness compare`) as a figure does."""
+that an A/B regression fails the comparison (and `harness compare`) as a figure does, and
+that an undecided A/B heads it as undecided, never as a pass."""
 
 from __future__ import annotations
 
@@ -153,3 +154,71 @@ def test_harness_compare_exits_1_on_a_stored_runs_ab_regression(tmp_path: Path) 
     code, text = harness_compare("--baseline", "main", "--current", "pr-quiet")
     assert code == EXIT_OK, text
     assert "### Performance A/B\n" in text
+
+
+#: What harness/ab/undecided.py says of the issue's comparison.
+WOULD_DECIDE = ("it straddles the band's lower edge 0.970: about 28 more pairs (≈ 72 s at "
+                "this rate) would clear it")
+
+
+def _undecided_ab() -> dict[str, Any]:
+    """An A/B result that regressed nothing and left decode_tps undecided."""
+    ab = _ab(decode_verdict="unknown", changes=[])
+    ab["metrics"]["decode_tps"].update(ratio=0.947, ci_low=0.922, ci_high=0.976,
+                                       would_decide=WOULD_DECIDE)
+    ab["undecided"] = ["decode_tps", "ttft_ms"]
+    return ab
+
+
+def test_an_undecided_ab_heads_the_summary_as_undecided_not_as_a_pass() -> None:
+    comparison = _compare(_undecided_ab())
+    assert not comparison.regressed  # undecided is not a regression: compare exits 0
+    assert comparison.ab_undecided == ["ttft_ms", "decode_tps"]  # in METRICS order
+    text = comparison_markdown(comparison)
+    assert text.startswith("## ⚠️ Undecided: the A/B left ttft_ms, decode_tps undecided "
+                           "(no regression found, none ruled out)\n")
+    assert "✅" not in text
+    assert "### Performance A/B: ⚠️ undecided (ttft_ms, decode_tps)" in text
+    assert "| decode_tps (tokens/s) | 0.947 | [0.922, 0.976] | 16 | ⚠️ **undecided** |" in text
+    assert "| prompt_tps (tokens/s) | 1.002 | [0.990, 1.015] | 12 | unchanged |" in text
+    assert f"- decode_tps: {WOULD_DECIDE}" in text
+    assert "- ttft_ms: —" in text  # the record says nothing for it
+    body = json.loads(json.dumps(comparison_json(comparison), allow_nan=False))
+    assert (body["regressed"], body["verdict"]) == (False, "undecided")
+    assert body["ab_undecided"] == ["ttft_ms", "decode_tps"]
+
+
+def test_a_record_without_the_undecided_list_is_not_called_undecided() -> None:
+    # Written before the state existed: its unknowns cannot tell undecided from settled.
+    comparison = _compare(_ab(decode_verdict="unknown"))
+    assert comparison.ab_undecided == []
+    assert comparison_markdown(comparison).startswith("## ✅ No regression")
+    assert comparison_json(comparison)["verdict"] == "ok"
+
+
+def test_a_regressed_ab_is_regressed_not_undecided() -> None:
+    ab = {**_ab(), "undecided": ["ttft_ms"]}
+    comparison = _compare(ab)
+    assert comparison.ab_undecided == []
+    text = comparison_markdown(comparison)
+    assert text.startswith("## ❌ Regressed: A/B regression in decode_tps")
+    assert "### Performance A/B: ❌ regressed (decode_tps)\n" in text
+    assert "⚠️" not in text
+    assert comparison_json(comparison)["verdict"] == "regressed"
+
+
+def test_harness_compare_shows_a_stored_undecided_ab_and_exits_0(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'results.sqlite'}"
+    with open_store(url) as store:
+        for run in _baseline():
+            store.add_run(run)
+        store.add_run(replace(make_run("pr-undecided", branch="feature", started_at=at(50),
+                                       figures=[fig("decode_tps", 1001.0)]),
+                              ab=_undecided_ab()))
+    result = CliRunner().invoke(compare_command, ["--baseline", "main", "--current",
+                                                  "pr-undecided", "--results-url", url],
+                                catch_exceptions=False)
+    assert result.exit_code == EXIT_OK, result.stdout
+    assert result.stdout.startswith("## ⚠️ Undecided: the A/B left ttft_ms, decode_tps")
+    # The list and the sentence came back from the store.
+    assert f"- decode_tps: {WOULD_DECIDE}" in result.stdout

@@ -155,6 +155,33 @@ def test_a_plot_draws_each_run_as_a_point_linking_to_its_report() -> None:
     assert root.findtext(f"{SVG}title") == decode.title
 
 
+def test_an_undecided_ab_is_written_as_undecided_not_as_its_unknown() -> None:
+    undecided = {**AB, "metrics": {"decode_tps": {
+        "verdict": "unknown", "pairs": 68, "ratio": 0.947, "ci_low": 0.922, "ci_high": 0.976,
+        "would_decide": "about 28 more pairs"}}, "undecided": ["decode_tps"]}
+    regressed = {**AB, "metrics": {
+        "decode_tps": {"verdict": "unknown", "pairs": 8, "ratio": 1.0, "ci_low": 0.9,
+                       "ci_high": 1.1},
+        "ttft_ms": {"verdict": "regressed", "pairs": 8, "ratio": 1.2, "ci_low": 1.1,
+                    "ci_high": 1.3}}, "undecided": []}
+    # Written before the state existed: no list, so its unknown stays "unknown".
+    old = {**AB, "metrics": {"decode_tps": {"verdict": "unknown", "pairs": 8, "ratio": 1.0,
+                                            "ci_low": 0.9, "ci_high": 1.1}}}
+    stored = _nightlies()
+    for night, result in ((4, undecided), (5, regressed), (6, old)):
+        stored[night] = replace(stored[night], ab=result)
+    decode = _decode(dashboard_series(stored))
+    assert [p.ab_verdict for p in decode.points] == [
+        None, None, None, "unchanged", "undecided", "unknown", "unknown"]
+    ab = _group(_parsed(series_svg(decode)), "ab")
+    assert ab is not None
+    texts = list(ab)
+    assert [t.text for t in texts] == ["A/B unchanged", "A/B undecided", "A/B unknown",
+                                       "A/B unknown"]
+    # Orange, where the verdicts take the group's grey: an undecided A/B is no pass.
+    assert [t.get("fill") for t in texts] == [None, "#ff7f0e", None, None]
+
+
 def test_a_plot_is_a_function_of_what_it_draws() -> None:
     decode = _decode(dashboard_series(_nightlies()))
     assert series_svg(decode) == series_svg(decode)

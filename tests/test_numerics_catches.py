@@ -100,8 +100,8 @@ def test_each_wrong_number_build_fails_the_numerics_suite(harness_cache: Path,
 
 def _ab(baseline: Path, candidate: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     harness = Path(sys.executable).with_name("harness")
-    # One block of load_s only: the speed verdict stays unknown (exit 0 by itself), so the
-    # exit code is the numbers' verdict.
+    # One block of load_s only: the speed verdict stays unknown (undecided, exit 3, by
+    # itself), so exit 1 can only be the numbers' verdict.
     argv = [str(harness), "ab", "--baseline", str(baseline), "--candidate", str(candidate),
             "--metric", "load_s", "--budget-s", "1", "--design", "sequential", "--seed", "1",
             "--json"]
@@ -118,7 +118,7 @@ def test_harness_ab_fails_a_build_whose_numbers_changed(harness_cache: Path) -> 
     wrong = ensure_miscompute_build(harness_cache).binary
     base = _clean_env()
     same = _ab(pinned, wrong, base)
-    assert same.returncode == 0, same.stdout[-3000:] + same.stderr[-2000:]
+    assert same.returncode == 3, same.stdout[-3000:] + same.stderr[-2000:]
     numerics = json.loads(same.stdout)["numerics"]
     assert (numerics["verdict"], numerics["max_kld"], numerics["band_kld"]) == (
         "unchanged", 0.0, 0.0)

@@ -14,8 +14,9 @@
 #    the markdown to the step summary.
 #
 # It exits non-zero when a suite test fails, when the comparison finds a regression
-# (exit 1) or cannot be made (exit 2), or when a step breaks; every step that can
-# still run after a failure runs, so the report and the upload exist for a red run.
+# (exit 1) or cannot be made (exit 2), when the A/B stays undecided (exit 3, see
+# HARNESS_GATE_AB_UNDECIDED), or when a step breaks; every step that can still run
+# after a failure runs, so the report and the upload exist for a red run.
 #
 # Settings (environment; the workflows set them, a shell may leave them unset):
 #   HARNESS_GATE_RUNNER   container (default; what CI runs) or subprocess (a native build
@@ -56,6 +57,16 @@
 #                         `ab` object and a regression fails the job (exit 1). Unset: no A/B
 #   HARNESS_GATE_AB_ARGS  extra `harness ab` options, a word list (e.g. "--budget-s 120
 #                         --metric decode_tps")
+#   HARNESS_GATE_AB_UNDECIDED  what an undecided A/B (`harness ab` exit 3: nothing
+#                         regressed, a metric still unknown) does to the job: rerun
+#                         (default: `harness ab` once more with the same arguments and a
+#                         fresh budget, its result replacing the first in run.json and
+#                         appended to ab.txt; undecided again fails the job, exit 3), fail
+#                         (exit 3 at once) or neutral (the job does not fail on it). A
+#                         merge gate's green reads as a pass, so the default spends one
+#                         more budget and then fails rather than pass an undecided A/B.
+#                         Whatever the setting, an undecided A/B adds an "A/B undecided"
+#                         section to the summary with the table's undecided lines
 #   HARNESS_NIGHTLY_TUNE  1: the stale-card check (`harness tune --check`) of the card's
 #                         plan on the build under test, added to run.json as its `tune`
 #                         object before the upload; a stale card is a warning in the
@@ -127,6 +138,13 @@ if [ -n "$ab_baseline" ] && [ "$ab_baseline" != pin ] && [ -z "${HARNESS_SOURCE:
        "HARNESS_SOURCE (the llama.cpp checkout it is a ref of); or use pin" >&2
   exit 2
 fi
+ab_undecided=${HARNESS_GATE_AB_UNDECIDED:-rerun}
+case $ab_undecided in
+  rerun | fail | neutral) ;;
+  *) echo "gate: HARNESS_GATE_AB_UNDECIDED must be rerun, fail or neutral (what an" \
+          "undecided A/B does to the job), not '$ab_undecided'" >&2
+     exit 2 ;;
+esac
 if ! [[ $gpu_count =~ ^[1-9][0-9]*$ ]]; then
   echo "gate: HARNESS_GATE_GPU_COUNT must be a whole number of 1 or more (the devices" \
        "of BACKEND the run needs), not '$gpu_count'" >&2
@@ -198,6 +216,8 @@ echo "gate: suites exit $suites_rc" >&2
 
 # -- 2b. the paired A/B against a baseline build ------------------------------------
 ab_rc=0
+# An output folder used before must not carry an earlier job's undecided section.
+rm -f "$out/ab-undecided.md" "$out/ab-last.txt"
 if [ -n "$ab_baseline" ]; then
   if [ "$runner" = container ]; then candidate=$image; else candidate=$binary; fi
   ab_source=()
@@ -219,9 +239,48 @@ if [ -n "$ab_baseline" ]; then
   # shellcheck disable=SC2206  # a word list on purpose
   ab_args=(${HARNESS_GATE_AB_ARGS:-})
   # Into run.json (uploaded below) and into the report as one more result.
-  harness ab --baseline "$ab_base" --candidate "$candidate" "${ab_record[@]}" \
-    --allure-results "$results" "${ab_args[@]}" | tee "$out/ab.txt" || ab_rc=${PIPESTATUS[0]}
+  ab_command=(harness ab --baseline "$ab_base" --candidate "$candidate" "${ab_record[@]}"
+              --allure-results "$results" "${ab_args[@]}")
+  : >"$out/ab.txt"
+  # One comparison: its table in ab-last.txt (where the undecided lines are read) and
+  # appended to ab.txt, which keeps every attempt's.
+  ab_attempt() {
+    local rc=0
+    "${ab_command[@]}" | tee "$out/ab-last.txt" || rc=${PIPESTATUS[0]}
+    cat "$out/ab-last.txt" >>"$out/ab.txt"
+    return "$rc"
+  }
+  ab_attempt || ab_rc=$?
+  ab_first_rc=$ab_rc
+  if [ "$ab_rc" = 3 ] && [ "$ab_undecided" = rerun ]; then
+    # The same arguments and a fresh budget. `harness ab --record` replaces the first
+    # result's `ab` in run.json (and says so); the Allure results keep both, under the
+    # comparison's one history id.
+    echo "gate: A/B undecided; HARNESS_GATE_AB_UNDECIDED=rerun: once more" >&2
+    printf '\n--- undecided: rerun (HARNESS_GATE_AB_UNDECIDED=rerun), its result replaces the one above ---\n\n' \
+      >>"$out/ab.txt"
+    ab_rc=0
+    ab_attempt || ab_rc=$?
+  fi
   echo "gate: A/B against $ab_baseline exit $ab_rc" >&2
+  if [ "$ab_rc" = 3 ]; then
+    # Written into the summary at the end: `harness compare --output` replaces it.
+    case $ab_undecided in
+      rerun) ab_policy="undecided twice (HARNESS_GATE_AB_UNDECIDED=rerun): the job fails (exit 3)" ;;
+      fail) ab_policy="HARNESS_GATE_AB_UNDECIDED=fail: the job fails (exit 3)" ;;
+      neutral) ab_policy="HARNESS_GATE_AB_UNDECIDED=neutral: the job does not fail on it" ;;
+    esac
+    { printf '\n### A/B undecided\n\n'
+      printf 'The paired A/B against `%s` found no regression but could not rule one out; %s. Every table is in ab.txt.\n\n```\n' \
+        "$ab_baseline" "$ab_policy"
+      grep '^undecided:' "$out/ab-last.txt" || echo "(no undecided lines: see ab.txt)"
+      printf '```\n'; } >"$out/ab-undecided.md"
+    if [ "$ab_undecided" = neutral ]; then ab_rc=0; fi
+  elif [ "$ab_first_rc" = 3 ]; then
+    { printf '\n### A/B undecided, then decided\n\n'
+      printf 'The first A/B against `%s` was undecided; its rerun (HARNESS_GATE_AB_UNDECIDED=rerun) exited %s. Both tables are in ab.txt.\n' \
+        "$ab_baseline" "$ab_rc"; } >"$out/ab-undecided.md"
+  fi
 fi
 
 # -- 2c. the nightly's stale-card check ------------------------------------------------
@@ -308,6 +367,7 @@ if [ -n "$service" ] && [ "$suites_rc" != 0 ]; then
   printf '\n**The suites failed (pytest exit %s)**: the job fails; the Allure report artifact lists the failures.\n' \
     "$suites_rc" >>"$summary"
 fi
+if [ -f "$out/ab-undecided.md" ]; then cat "$out/ab-undecided.md" >>"$summary"; fi
 echo "gate: suites $suites_rc, A/B $ab_rc, report $report_rc, upload $upload_rc, compare $compare_rc" >&2
 for rc in "$suites_rc" "$ab_rc" "$compare_rc" "$upload_rc" "$report_rc"; do
   [ "$rc" = 0 ] || exit "$rc"

@@ -2,7 +2,10 @@
 
 Written into the run's ``allure-results`` folder (``harness ab --allure-results``, the
 gate's A/B step), so the run's report shows the comparison beside the suites' tests:
-failed when a metric regressed, passed otherwise.
+failed when a metric regressed or the numbers changed (``harness ab`` exits 1);
+``unknown``, Allure's own status that is neither passed nor failed, when the comparison
+is undecided (exit 3), so an undecided comparison never reads as a pass; passed
+otherwise.
 """
 
 from __future__ import annotations
@@ -10,12 +13,15 @@ from __future__ import annotations
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from harness.ab.decision import AbVerdict
 from harness.ab.plot import paired_samples_png
-from harness.ab.report import table
+from harness.ab.report import table, undecided
 from harness.ab.runner import AbOutcome
+from harness.ab.undecided import undecided_lines
 from harness.files import write_json_atomic
+from harness.numerics.fingerprint import NumericsVerdict
 
 NAME = "performance A/B"
 
@@ -29,6 +35,33 @@ def samples_table(outcome: AbOutcome) -> str:
         lines.append("\t".join([str(s.sequence), str(s.block), str(s.pair), s.arm,
                                 f"{s.at_s:.2f}", *values]))
     return "\n".join(lines) + "\n"
+
+
+def status_of(outcome: AbOutcome) -> tuple[str, dict[str, Any]]:
+    """The Allure status and statusDetails of the comparison (pure)."""
+    if outcome.failed:
+        regressed = [d.metric for d in outcome.decisions if d.verdict is AbVerdict.REGRESSED]
+        said = [f"regressed: {', '.join(regressed)}"] if regressed else []
+        if outcome.numerics.verdict is NumericsVerdict.CHANGED:
+            said.append(f"numbers changed: {outcome.numerics.reason}")
+        return "failed", {"message": "; ".join(said)}
+    pending = undecided(outcome)
+    if not pending:
+        return "passed", {}
+    shown = []
+    for decision in outcome.decisions:
+        if decision.metric not in pending:
+            continue
+        interval = decision.interval
+        shown.append(f"{decision.metric} " + (
+            "(no interval yet)" if interval is None else
+            f"{interval.ratio:.3f} [{interval.low:.3f}, {interval.high:.3f}]"))
+    lines = undecided_lines(outcome.decisions, failed=False, elapsed_s=outcome.elapsed_s,
+                            min_pairs=outcome.settings.rule.min_pairs)
+    return "unknown", {
+        "message": "undecided (neither a regression nor its absence shown): "
+                   + "; ".join(shown),
+        "trace": "\n".join(lines)}
 
 
 def write_allure_result(outcome: AbOutcome, results_dir: Path) -> Path:
@@ -45,13 +78,11 @@ def write_allure_result(outcome: AbOutcome, results_dir: Path) -> Path:
         (results_dir / source).write_bytes(body)
         attachments.append({"name": name, "source": source, "type": kind})
     stop = int(time.time() * 1000)
-    regressed = [d.metric for d in outcome.decisions if d.verdict is AbVerdict.REGRESSED]
+    status, details = status_of(outcome)
     result = {
         "uuid": result_id, "historyId": NAME, "testCaseId": NAME, "name": NAME,
         "fullName": f"harness.ab#{NAME}",
-        "status": "failed" if regressed else "passed",
-        "statusDetails": {"message": f"regressed: {', '.join(regressed)}"} if regressed
-        else {},
+        "status": status, "statusDetails": details,
         "stage": "finished", "start": stop - int(outcome.elapsed_s * 1000), "stop": stop,
         "labels": [{"name": "suite", "value": "performance A/B"},
                    {"name": "parentSuite", "value": "harness ab"}],

@@ -9,6 +9,13 @@ from harness.ab.counters import CounterReport, compare_counters, counters_json, 
 from harness.ab.decision import MetricDecision
 from harness.ab.design import BASELINE, CANDIDATE, Sample
 from harness.ab.runner import AbOutcome
+from harness.ab.undecided import (
+    seconds_per_pair,
+    undecided_lines,
+    undecided_metrics,
+    would_decide,
+)
+from harness.results.rules import AbVerdict
 from harness.results.run_record import METRICS
 
 
@@ -34,8 +41,23 @@ def _ratio_cells(decision: MetricDecision) -> tuple[str, str]:
     return f"{interval.ratio:.3f}", f"[{interval.low:.3f}, {interval.high:.3f}]"
 
 
+def undecided(outcome: AbOutcome) -> list[str]:
+    """The metrics that leave the comparison undecided (``harness ab`` exits 3)."""
+    return undecided_metrics(outcome.decisions, failed=outcome.failed)
+
+
+def _would_decide(outcome: AbOutcome, decision: MetricDecision) -> str | None:
+    """What would decide ``decision``: a sentence for an ``unknown``, None otherwise."""
+    if decision.verdict is not AbVerdict.UNKNOWN:
+        return None
+    return would_decide(decision, seconds_per_pair(outcome.elapsed_s, decision.pairs),
+                        outcome.settings.rule.min_pairs)
+
+
 def table(outcome: AbOutcome) -> str:
-    """The plain-text table ``harness ab`` prints, with the counters below it."""
+    """The plain-text table ``harness ab`` prints, with the counters below it and, last,
+    an ``undecided:`` line per metric that leaves the comparison undecided (the gate
+    copies those lines into its summary)."""
     rows = [("metric", "baseline median", "candidate median", "ratio", "95% CI", "band",
              "pairs", "verdict", "decided after")]
     for decision in outcome.decisions:
@@ -60,12 +82,17 @@ def table(outcome: AbOutcome) -> str:
             f"{settings.first_prompt()}")
     reasons = [f"{d.metric} unknown: {d.reason}" for d in outcome.decisions if d.reason]
     numerics = outcome.numerics
+    pending = undecided_lines(outcome.decisions, failed=outcome.failed,
+                              elapsed_s=outcome.elapsed_s,
+                              min_pairs=settings.rule.min_pairs)
     return "\n".join([head, "", *lines, *(["", *reasons] if reasons else []), "",
                       f"numerics: {numerics.verdict} — {numerics.reason}", "",
-                      counters_markdown(counter_report(outcome))])
+                      counters_markdown(counter_report(outcome)),
+                      *(["", *pending] if pending else [])])
 
 
-def _decision_json(decision: MetricDecision, decided_after: float | None) -> dict[str, Any]:
+def _decision_json(decision: MetricDecision, decided_after: float | None,
+                   would: str | None) -> dict[str, Any]:
     interval = decision.interval
     return {
         "metric": decision.metric, "unit": METRICS[decision.metric].unit,
@@ -80,6 +107,8 @@ def _decision_json(decision: MetricDecision, decided_after: float | None) -> dic
         "confidence": interval.confidence if interval else None,
         "decided_after_s": decided_after,
         "reason": decision.reason,
+        # What would decide an unknown (harness/ab/undecided.py); None once decided.
+        "would_decide": would,
     }
 
 
@@ -92,9 +121,11 @@ def outcome_json(outcome: AbOutcome) -> dict[str, Any]:
         "threshold": settings.rule.threshold, "budget_s": settings.rule.budget_s,
         "confidence": settings.rule.confidence, "elapsed_s": outcome.elapsed_s,
         "blocks": outcome.blocks, "regressed": outcome.regressed,
+        "undecided": undecided(outcome),
         "numerics": outcome.numerics.as_json(),
         "n_prompt": settings.n_prompt, "ttft_prompt": settings.first_prompt(),
-        "metrics": [_decision_json(d, outcome.decided_after_s.get(d.metric))
+        "metrics": [_decision_json(d, outcome.decided_after_s.get(d.metric),
+                                   _would_decide(outcome, d))
                     for d in outcome.decisions],
         "counters": counters_json(counter_report(outcome)),
         "samples": [{"sequence": s.sequence, "arm": s.arm, "pair": s.pair, "block": s.block,
@@ -105,7 +136,7 @@ def outcome_json(outcome: AbOutcome) -> dict[str, Any]:
     }
 
 
-def _record_metric(decision: MetricDecision) -> dict[str, Any]:
+def _record_metric(decision: MetricDecision, would: str | None) -> dict[str, Any]:
     interval = decision.interval
     body: dict[str, Any] = {"verdict": decision.verdict.value, "pairs": decision.pairs,
                             "ratio": interval.ratio if interval else None,
@@ -113,18 +144,24 @@ def _record_metric(decision: MetricDecision) -> dict[str, Any]:
                             "ci_high": interval.high if interval else None}
     if decision.reason is not None:
         body["reason"] = decision.reason[:1024]
+    if would is not None:
+        body["would_decide"] = would[:1024]
     return body
 
 
 def record_json(outcome: AbOutcome) -> dict[str, Any]:
-    """The run record's ``ab`` object: per metric ratio, CI bounds, verdict, pairs."""
+    """The run record's ``ab`` object: per metric ratio, CI bounds, verdict, pairs (and
+    for an unknown what would decide it), and the metrics that leave it undecided."""
     report = counter_report(outcome)
     return {
         "baseline": outcome.baseline.describe()[:1024],
         "candidate": outcome.candidate.describe()[:1024],
         "design": outcome.settings.design, "threshold": outcome.settings.rule.threshold,
         # The verdict's plain text: the run record's ``ab`` is plain JSON.
-        "metrics": {d.metric: _record_metric(d) for d in outcome.decisions},
+        "metrics": {d.metric: _record_metric(d, _would_decide(outcome, d))
+                    for d in outcome.decisions},
+        # Empty when decided: ``harness ab`` exited 0 or 1, not 3.
+        "undecided": undecided(outcome),
         "counter_changes": [{"name": c.name, "baseline": c.baseline[:4096],
                              "candidate": c.candidate[:4096]} for c in report.changed],
         "numerics": outcome.numerics.as_json(),

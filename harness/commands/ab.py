@@ -1,9 +1,15 @@
 """``harness ab``: is the candidate build slower than the baseline, measured side by side?
 
-Exit 0 when no metric regressed (unchanged, improved or unknown) and the numbers did not
-change, 1 when a metric regressed or the candidate's greedy log-probabilities left the
-same-build band (``harness/numerics/fingerprint.py``), 2 on an error (a build that
-cannot be found, a server that does not start).
+Exit 0 when every metric is decided (unchanged or improved; a settled ``unknown``, a
+change under the metric's floor that more pairs would not judge, counts as decided) and
+the numbers did not change; 1 when a metric regressed or the candidate's greedy
+log-probabilities left the same-build band (``harness/numerics/fingerprint.py``); 2 on
+an error (a build that cannot be found, a server that does not start); 3 when nothing
+regressed but a metric is still ``unknown`` (undecided: the interval straddles an edge
+of the band when the budget runs out, or an unvalidated design's "unchanged"), so an
+undecided comparison is never read as a pass. The table's last lines then say, per
+undecided metric, its interval, the edge it straddles and what would decide it
+(harness/ab/undecided.py).
 ``--calibrate-design`` instead measures a known slowdown with every design and records
 which ones this runner can trust (harness/ab/design_check.py).
 """
@@ -28,8 +34,8 @@ from harness.ab.design_check import (
     validation_path,
 )
 from harness.ab.first_token import LONGEST_PROMPT
-from harness.ab.report import outcome_json, record_json, table
-from harness.ab.runner import AB_METRICS, AbProgress, AbSettings, Arm, run_ab
+from harness.ab.report import outcome_json, record_json, table, undecided
+from harness.ab.runner import AB_METRICS, AbOutcome, AbProgress, AbSettings, Arm, run_ab
 from harness.ab.validation import DesignCheck, auto_design, record_for, validated_metrics
 from harness.builds.under_test import resolve_named_build
 from harness.errors import ConfigError, HarnessError
@@ -39,6 +45,8 @@ from harness.probes.docker_engine import docker_engine, engine_unavailable
 from harness.results.run_validation import add_to_run
 
 DEFAULT_RULE = AbRule()
+#: The exit statuses (the gate's A/B step reads 3 by its HARNESS_GATE_AB_UNDECIDED).
+EXIT_DECIDED, EXIT_FAILED, EXIT_ERROR, EXIT_UNDECIDED = 0, 1, 2, 3
 AUTO = "auto"
 #: ``--ttft-prompt``'s default: sized by a probe start.
 AUTO_PROMPT = "auto"
@@ -85,6 +93,21 @@ def _is_image(name: str) -> bool:
     return True
 
 
+def exit_status(outcome: AbOutcome) -> int:
+    """1: regressed or the numbers changed; 3: undecided; 0: decided, no regression."""
+    if outcome.failed:
+        return EXIT_FAILED
+    return EXIT_UNDECIDED if undecided(outcome) else EXIT_DECIDED
+
+
+def record_result(outcome: AbOutcome, run_json: Path) -> None:
+    """Add the result to ``run_json`` as its ``ab``, saying so when it replaces one: the
+    gate's rerun of an undecided comparison records its second result over the first."""
+    replaced = add_to_run(run_json, "ab", record_json(outcome), what="its A/B result")
+    if replaced is not None:
+        click.echo(f"replaced the A/B result already in {run_json} with this one", err=True)
+
+
 def _progress(progress: AbProgress) -> None:
     verdicts = ", ".join(f"{metric} {decision.verdict} ({decision.pairs} pairs)"
                          for metric, decision in progress.decisions.items())
@@ -103,7 +126,8 @@ def _progress(progress: AbProgress) -> None:
               default=DEFAULT_RULE.threshold, show_default=True,
               help="The relative change that counts (0.03 is 3 %).")
 @click.option("--budget-s", type=click.FloatRange(min=1), default=DEFAULT_RULE.budget_s,
-              show_default=True, help="Seconds of measuring before undecided is unknown.")
+              show_default=True, help="Seconds of measuring before what is undecided stays "
+              "unknown (exit 3).")
 @click.option("--design", type=click.Choice((AUTO, *DESIGNS)), default=AUTO,
               show_default=True, help="sequential: each start alone, both arms on the same "
               "half of the cores (the ground truth); interleaved: ABBA blocks on all cores; "
@@ -133,7 +157,8 @@ def _progress(progress: AbProgress) -> None:
               help="Print the whole result as JSON (every sample, in order) instead.")
 @click.option("--record", "run_json", type=click.Path(path_type=Path, dir_okay=False,
                                                       exists=True),
-              default=None, help="Add the result to this run.json as its `ab` object.")
+              default=None, help="Add the result to this run.json as its `ab` object, "
+              "replacing one already there (said on stderr).")
 @click.option("--allure-results", type=click.Path(path_type=Path, file_okay=False),
               default=None, help="Add the comparison to this allure-results folder: one "
               "result with the verdicts, the per-sample table and a plot.")
@@ -150,6 +175,10 @@ def ab_command(*, baseline: str | None, candidate: str | None, fixture: str,
     than the threshold, improved when better, unchanged when it lies within it and the
     design is validated on this runner for the metric (the sequential design always
     is), unknown otherwise or when the budget runs out first.
+
+    Exit 0: every metric decided, none regressed; 1: a metric regressed or the numbers
+    changed; 2: an error; 3: undecided, nothing regressed but a metric still unknown
+    (the table's last lines say what would decide it).
     """
     try:
         if calibrate_design:
@@ -172,7 +201,7 @@ def ab_command(*, baseline: str | None, candidate: str | None, fixture: str,
             validated=validated_metrics(design, chosen, record))
         outcome = run_ab(*arms, settings, on_block=_progress, log_dir=log_dir)
         if run_json is not None:
-            add_to_run(run_json, "ab", record_json(outcome), what="its A/B result")
+            record_result(outcome, run_json)
         if allure_results is not None:
             # Imported here: matplotlib is slow to import, and only this needs it.
             from harness.ab.allure_result import write_allure_result  # noqa: PLC0415
@@ -180,12 +209,12 @@ def ab_command(*, baseline: str | None, candidate: str | None, fixture: str,
             write_allure_result(outcome, allure_results)
     except HarnessError as exc:
         click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        sys.exit(EXIT_ERROR)
     if as_json:
         click.echo(json.dumps(outcome_json(outcome), indent=2))
     else:
         click.echo(table(outcome))
-    sys.exit(1 if outcome.failed else 0)
+    sys.exit(exit_status(outcome))
 
 
 def _calibrate(fixture: str, metrics: tuple[str, ...], *, slowdown: float, budget_s: float,

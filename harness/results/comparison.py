@@ -8,7 +8,11 @@ writes the result out.
 A run may also carry its own paired A/B result (``RunRecord.ab``, from ``harness ab
 --record``): two builds measured side by side, decided by its own rule rather than
 against history. The comparison shows it as is, and a metric it calls regressed fails
-the comparison as a regressed figure does, and so does its numbers' verdict.
+the comparison as a regressed figure does, and so does its numbers' verdict. An A/B
+result that regressed nothing but left metrics undecided (its ``undecided`` list,
+``harness ab`` exit 3) heads the report as undecided, not as a pass; it does not fail
+the comparison, whose exit status stays about regressions (the gate's A/B step
+decides what an undecided A/B does to the job).
 
 A run of the numerics suite keeps each probe's fingerprint (``RunRecord.numerics``);
 each is held to the baseline's (:mod:`harness.results.numerics_comparison`), and a
@@ -140,6 +144,19 @@ class Comparison:
         return numbers is not None and numbers["verdict"] == NumericsVerdict.CHANGED.value
 
     @property
+    def ab_undecided(self) -> list[str]:
+        """Metrics the current run's A/B result left undecided; none when it regressed
+        or changed the numbers (then it is decided: regressed)."""
+        if self.ab_regressions or self.ab_numerics_changed:
+            return []
+        return undecided_of(self.ab)
+
+    def ab_would_decide(self, metric: str) -> str | None:
+        """What would decide an undecided A/B metric, as the record says."""
+        found = dict(self.ab_metrics).get(metric, {}).get("would_decide")
+        return found if isinstance(found, str) else None
+
+    @property
     def numerics_changes(self) -> list[ProbeNumerics]:
         return [probe for probe in self.numerics if probe.changed]
 
@@ -151,6 +168,21 @@ class Comparison:
         return (bool(self.newly_failing) or bool(self.regressions)
                 or bool(self.ab_regressions) or self.ab_numerics_changed
                 or bool(self.numerics_changes))
+
+
+def undecided_of(ab: dict[str, Any] | None) -> list[str]:
+    """The metrics an A/B result (a run record's ``ab``) left undecided, in METRICS order.
+
+    Read from its ``undecided`` list, which ``harness ab`` writes empty when the result
+    is decided (it regressed, or changed the numbers, or decided every metric). A
+    record written before that list existed has none and is not called undecided: its
+    ``unknown`` verdicts cannot tell an undecided metric from a settled one (a change
+    under the metric's floor), and the store kept no reasons for them.
+    """
+    named = (ab or {}).get("undecided")
+    if not isinstance(named, list):
+        return []
+    return [name for name in METRICS if name in named]
 
 
 def _outcomes(run: RunRecord) -> dict[str, tuple[Outcome, str | None]]:

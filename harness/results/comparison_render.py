@@ -30,6 +30,8 @@ _TEST_CATEGORIES = (
 _MESSAGE_CHARS = 160
 #: Longest counter value shown (a greedy completion's text can run to pages).
 _COUNTER_CHARS = 80
+#: What would decide an undecided A/B metric: the run schema's cap, shown whole.
+_WOULD_DECIDE_CHARS = 1024
 
 
 # -- JSON ------------------------------------------------------------------------
@@ -65,7 +67,8 @@ def comparison_json(c: Comparison) -> dict[str, Any]:
     """JSON-ready form; non-finite numbers (a z over a flat baseline) as "inf"."""
     return {
         "regressed": c.regressed,
-        "verdict": "regressed" if c.regressed else "ok",
+        # "undecided": nothing regressed, but the run's A/B left metrics undecided.
+        "verdict": "regressed" if c.regressed else "undecided" if c.ab_undecided else "ok",
         "current_run": c.current_run_id,
         "baseline_runs": list(c.baseline_run_ids),
         "hardware": {**asdict(c.hardware), "identity": c.hardware.identity,
@@ -78,6 +81,7 @@ def comparison_json(c: Comparison) -> dict[str, Any]:
         "figure_counts": {s.value: len(c.figures_with(s)) for s in FigureStatus},
         # As the run record holds it (every number finite, the schema saw to that).
         "ab": c.ab,
+        "ab_undecided": c.ab_undecided,
         "bisect": c.bisect,
         "tune": c.tune,
         "numerics": [{"test_id": p.test_id, **p.comparison.as_json()} for p in c.numerics],
@@ -121,6 +125,10 @@ def _percent(change: float | None) -> str:
 
 
 def _headline(c: Comparison) -> str:
+    if not c.regressed and c.ab_undecided:
+        # Not a pass: the A/B could neither show a slowdown nor rule one out.
+        return (f"## ⚠️ Undecided: the A/B left {', '.join(c.ab_undecided)} undecided "
+                "(no regression found, none ruled out)")
     if not c.regressed:
         return "## ✅ No regression"
     parts = []
@@ -199,25 +207,33 @@ def _tune_section(tune: dict[str, Any]) -> list[str]:
 def _ab_section(c: Comparison, ab: dict[str, Any]) -> list[str]:
     """The "Performance A/B" section: per metric ratio and CI, then changed counters."""
     threshold: float = ab["threshold"]
-    regressed = c.ab_regressions
+    regressed, undecided = c.ab_regressions, c.ab_undecided
     title = "### Performance A/B" + (f": ❌ regressed ({', '.join(regressed)})"
-                                     if regressed else "")
+                                     if regressed else
+                                     f": ⚠️ undecided ({', '.join(undecided)})"
+                                     if undecided else "")
     lines = [
         "", title, "",
         f"Candidate `{_cell(ab['candidate'])}` against baseline `{_cell(ab['baseline'])}`, "
         f"measured side by side ({ab['design']} design). Ratio is candidate / baseline; "
         f"regressed (or improved) when the whole 95 % interval is more than "
         f"{threshold * 100:g} % worse (or better), unchanged when it lies within "
-        f"{threshold * 100:g} %, unknown when the budget ran out first.", "",
+        f"{threshold * 100:g} %, unknown when the budget ran out first (undecided "
+        f"unless a change under the metric's floor settled it).", "",
         "| Metric | Ratio | 95 % CI | Pairs | Verdict |", "| --- | --- | --- | --- | --- |",
     ]
     for name, m in c.ab_metrics:
         unit = f" ({metric_unit(name)})" if metric_unit(name) else ""
         interval = ("—" if m["ci_low"] is None or m["ci_high"] is None
                     else f"[{_ratio(m['ci_low'])}, {_ratio(m['ci_high'])}]")
-        verdict = f"**{m['verdict']}**" if m["verdict"] == AbVerdict.REGRESSED else m["verdict"]
+        verdict = (f"**{m['verdict']}**" if m["verdict"] == AbVerdict.REGRESSED
+                   else "⚠️ **undecided**" if name in undecided else m["verdict"])
         lines.append(f"| {name}{unit} | {_ratio(m['ratio'])} | {interval} | {m['pairs']} | "
                      f"{verdict} |")
+    if undecided:
+        lines += ["", "What would decide it:", ""]
+        lines += [f"- {name}: {_cell(c.ab_would_decide(name), _WOULD_DECIDE_CHARS)}"
+                  for name in undecided]
     changes: list[dict[str, str]] = ab["counter_changes"]
     if not changes:
         lines += ["", "No deterministic counter changed."]

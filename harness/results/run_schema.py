@@ -128,7 +128,14 @@ _AB_SCHEMA = _object(
                 # Why a verdict is unknown though its interval says more (an unvalidated
                 # design's "unchanged"); absent otherwise.
                 "reason": _text(_TEXT_CHARS),
+                # For an unknown, what would decide it (harness/ab/undecided.py); absent
+                # for a verdict and in records written before it existed.
+                "would_decide": _text(_TEXT_CHARS),
             }) for name in sorted(METRICS)}},
+        # The metrics that leave the comparison undecided (`harness ab` exit 3): empty
+        # when it is decided; absent in records written before the state existed.
+        "undecided": {"type": "array", "maxItems": len(METRICS),
+                      "items": {"enum": sorted(METRICS)}},
         "counter_changes": {"type": "array", "maxItems": _MAX_COUNTER_CHANGES,
                             "items": _object(["name", "baseline", "candidate"], {
                                 "name": _text(_NAME_CHARS),

@@ -160,17 +160,29 @@ def _bisect(bisect: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _ab(ab: Mapping[str, Any]) -> dict[str, Any]:
-    """A fresh copy of an accepted ``ab`` object, its numbers floats as record_json's are."""
-    return {
+    """A fresh copy of an accepted ``ab`` object, its numbers floats as record_json's are.
+
+    The optional fields are kept where the record has them (a record written before
+    they existed has none): each metric's ``reason`` and ``would_decide``, the
+    ``undecided`` metrics and the ``numerics`` verdict, which `harness compare` and the
+    dashboard read from the stored run."""
+    copied = {
         "baseline": ab["baseline"], "candidate": ab["candidate"], "design": ab["design"],
         "threshold": float(ab["threshold"]),
         "metrics": {name: {"verdict": m["verdict"], "pairs": m["pairs"],
                            **{k: None if m[k] is None else float(m[k])
-                              for k in ("ratio", "ci_low", "ci_high")}}
+                              for k in ("ratio", "ci_low", "ci_high")},
+                           **{k: m[k] for k in ("reason", "would_decide") if k in m}}
                     for name, m in ab["metrics"].items()},
         "counter_changes": [{"name": c["name"], "baseline": c["baseline"],
                              "candidate": c["candidate"]} for c in ab["counter_changes"]],
     }
+    if "undecided" in ab:
+        copied["undecided"] = list(ab["undecided"])
+    if "numerics" in ab:
+        # Plain JSON the schema closed key by key: a deep copy is all it needs.
+        copied["numerics"] = json.loads(json.dumps(ab["numerics"]))
+    return copied
 
 
 def with_bisect(run: RunRecord, body: bytes, *, source: str) -> RunRecord:
@@ -191,14 +203,21 @@ def with_bisect(run: RunRecord, body: bytes, *, source: str) -> RunRecord:
     return combined
 
 
-def add_to_run(run_json: Path, key: str, value: dict[str, Any], *, what: str) -> None:
+def add_to_run(run_json: Path, key: str, value: dict[str, Any], *,
+               what: str) -> dict[str, Any] | None:
     """Add ``value`` as ``key`` of the run record at ``run_json`` (an A/B result, a
     bisect), through the run.json schema both ways: a file that is not a run record, or
-    a value the schema refuses, is an error and the file is left as it was."""
+    a value the schema refuses, is an error and the file is left as it was.
+
+    A ``key`` already there is replaced whole; returns what it held (as parsed), None
+    when it was new, so a caller can say it replaced one (the gate's rerun of an
+    undecided A/B records its second result over its first)."""
     body = parse_run_json(run_json.read_bytes(), source=str(run_json)).to_json()
+    replaced: dict[str, Any] | None = body.get(key)
     body[key] = value
     parse_run_json(json.dumps(body), source=f"{run_json} with {what}")
     write_json_atomic(run_json, body)
+    return replaced
 
 
 # -- the schema's validator ------------------------------------------------------------

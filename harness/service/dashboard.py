@@ -4,7 +4,8 @@ A page is one branch on one hardware (``Hardware.identity``). For every (FigureK
 metric) its runs measured, a series holds one point per run, oldest first: the run's
 median of that figure (as ``harness compare`` takes it), its median prediction where the
 run recorded one (harness/planning/decode_speed.py), the A/B verdict of that metric when
-the run has an A/B result, and the history rule's judgement against the ``window`` runs
+the run has an A/B result ("undecided" for a metric that left the A/B undecided, never
+read as a pass), and the history rule's judgement against the ``window`` runs
 before it — the gate's own :func:`harness.results.noise_rule.judge` — with the band of
 values that rule lets pass: the window's mean ± the largest of the relative threshold,
 ``z`` standard deviations and the metric's absolute floor.
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.facts.commit_ids import short_commit
+from harness.results.comparison import undecided_of
 from harness.results.noise_rule import DEFAULT_NOISE_RULE, NoiseRule, judge
 from harness.results.rules import NOISE_WINDOW, FigureStatus
 from harness.results.run_record import METRICS, FigureKey, Metric, RunRecord, figure_medians
@@ -41,7 +43,8 @@ class DashboardPoint:
     #: The values the history rule lets pass here (low, high); None with too few runs.
     band: tuple[float, float] | None
     status: FigureStatus
-    #: The run's A/B verdict on this metric (``harness ab --record``), None without one.
+    #: The run's A/B verdict on this metric (``harness ab --record``), None without one;
+    #: "undecided" where the metric left the A/B undecided (its verdict ``unknown``).
     ab_verdict: str | None
     #: The run's bisect in a few words ("first bad 1a2b3c4d5e6f"), None without one.
     bisect: str | None = None
@@ -205,8 +208,15 @@ def _band(mean: float | None, stdev: float | None, n: int, rule: NoiseRule,
     return max(0.0, mean - reach), mean + reach
 
 
+#: What the dashboard writes for a metric that left its run's A/B undecided.
+UNDECIDED = "undecided"
+
+
 def _ab_verdict(run: RunRecord, metric: str) -> str | None:
     metrics = (run.ab or {}).get("metrics")
     entry = metrics.get(metric) if isinstance(metrics, dict) else None
     verdict = entry.get("verdict") if isinstance(entry, dict) else None
-    return verdict if isinstance(verdict, str) else None
+    if not isinstance(verdict, str):
+        return None
+    # undecided_of is empty for a regressed A/B: there an unknown stays "unknown".
+    return UNDECIDED if metric in undecided_of(run.ab) else verdict

@@ -84,7 +84,8 @@ def render_page(model: DashboardModel, shown: Paged[DashboardSeries],
              "own links each point to its run's Allure report; the shaded band is what the "
              "gate's history rule lets pass against the runs before it, ▼/▲ the regressions "
              "and improvements it found, the dashed line the predicted decode speed, A/B "
-             "verdicts are written at their runs, and a dashed upright line marks a run "
+             "verdicts are written at their runs (an A/B that could not decide, in orange, "
+             "says undecided: it is no pass), and a dashed upright line marks a run "
              "that carries a bisect (listed below).</p>"]
     if model.bisects:
         parts.append("<section id=\"bisects\"><h2>Bisects</h2><ul>" + "".join(

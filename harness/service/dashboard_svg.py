@@ -17,7 +17,7 @@ by id (the browser test counts them):
 - ``g#band``: one polygon per stretch of runs the history rule judged, its passing band;
 - ``g#predicted``: the predicted decode speed, dashed, where runs recorded one;
 - ``g#regressed`` and ``g#improved``: a triangle over each run the rule called so;
-- ``g#ab``: each A/B verdict, written at its run;
+- ``g#ab``: each A/B verdict, written at its run ("undecided" in orange: never a pass);
 - ``g#bisect``: a dashed line at each run that carries a bisect (``harness bisect
   --record``, the nightly's ``HARNESS_NIGHTLY_BISECT``), its finding written at the top.
 
@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from urllib.parse import quote
 
 from harness.results.rules import FigureStatus
-from harness.service.dashboard import DashboardPoint, DashboardSeries
+from harness.service.dashboard import UNDECIDED, DashboardPoint, DashboardSeries
 
 #: Bumped whenever the drawing changes, so no cache or browser keeps an old plot.
 WRITER_VERSION = "2"
@@ -47,6 +47,7 @@ _INSET = 12
 _MAX_LABELS = 20
 _BLUE, _GREY, _RED, _GREEN = "#1f77b4", "#7f7f7f", "#d62728", "#2ca02c"
 _PURPLE = "#9467bd"
+_ORANGE = "#ff7f0e"
 #: Characters XML 1.0 cannot hold (C0 controls but tab and newlines, lone surrogates,
 #: U+FFFE/U+FFFF): each becomes U+FFFD.
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -270,7 +271,9 @@ def _ab(points: Sequence[DashboardPoint], scale: _Scale) -> list[str]:
     parts = ['<g id="ab" fill="#333" font-size="9" text-anchor="middle">']
     for index, point in said:
         y = scale.y_px(point.value) - 20
-        parts.append(f'<text x="{scale.x(index)}" y="{y:.1f}">'
+        # An undecided A/B stands out from the verdicts: it must not read as a pass.
+        colour = f' fill="{_ORANGE}"' if point.ab_verdict == UNDECIDED else ""
+        parts.append(f'<text x="{scale.x(index)}" y="{y:.1f}"{colour}>'
                      f"A/B {_x(point.ab_verdict or '')}</text>")
     parts.append("</g>")
     return parts
