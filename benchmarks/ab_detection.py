@@ -4,7 +4,7 @@ against ground truth measured solo?
     .venv/bin/python benchmarks/ab_detection.py [--kinds all] [--levels 0.10]
         [--designs sequential,interleaved,duet] [--decisions sequential=20,duet=6,...]
         [--aa 0] [--n-prompt 32] [--ttft-prompt auto] [--log ab-detection.jsonl]
-        [--budget-s 180]
+        [--budget-s 180] [--extend-s 180]
         [--deadline-s S] [--report-only]
 
 For each kind of slowdown the slowed build carries (harness/builds/slowed.py SLOWDOWNS)
@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import modelgen
-from harness.ab.decision import AbRule, AbVerdict, decide_metric
+from harness.ab.decision import AB_EXTEND_S, AbRule, AbVerdict, decide_metric
 from harness.ab.design import DESIGNS, SEQUENTIAL
 from harness.ab.design_check import amount_for
 from harness.ab.report import outcome_json
@@ -148,13 +148,13 @@ class Cell:
 class Bench:
     """The arms, the fixture and the log: every measurement this benchmark makes."""
 
-    def __init__(self, log: Path, budget_s: float, n_prompt: int,
+    def __init__(self, log: Path, rule: AbRule, n_prompt: int,
                  ttft_prompt: int | None) -> None:
         cache = cache_root()
         self.pinned = Arm("baseline", binary=ensure_build(cache, BuildRequest()).binary)
         self.slowed = Arm("candidate", binary=ensure_slowed_build(cache).binary)
         self.model = modelgen.ensure_fixtures().model("bench")
-        self.rule = AbRule(budget_s=budget_s)
+        self.rule = rule
         self.n_prompt = n_prompt
         self.ttft_prompt = ttft_prompt
         self.prompts = f"{n_prompt}/{'auto' if ttft_prompt is None else ttft_prompt}"
@@ -173,7 +173,9 @@ class Bench:
     def compare(self, kind: str, amount: int, design: str, metric: str,
                 budget_s: float | None = None) -> dict[str, Any]:
         """One comparison deciding ``metric``; every metric's pairs are kept."""
-        rule = self.rule if budget_s is None else replace(self.rule, budget_s=budget_s)
+        # A probe's budget is its own: no extension past it.
+        rule = (self.rule if budget_s is None
+                else replace(self.rule, budget_s=budget_s, extend_s=0.0))
         ttft_prompt = self.ttft_prompt
         if ttft_prompt is None and metric != "ttft_ms" and self._baseline is not None:
             # Deciding another metric, a comparison sizes no first-token prompt; every
@@ -195,6 +197,7 @@ class Bench:
         return {"prompts": self.prompts, "ttft_prompt": body.get("ttft_prompt"),
                 "verdict": decided["verdict"],
                 "decided_after_s": decided["decided_after_s"], "elapsed_s": body["elapsed_s"],
+                "extended_s": body["extended_s"],
                 "seed": body["seed"],
                 "effect": _median_effect(pairs.get(metric, []), metric),
                 "attribution": _attribution(pairs, self.rule),
@@ -340,8 +343,8 @@ def report(entries: list[dict[str, Any]]) -> None:
                                   DESIGNS.index(c.design)))
     print("\n| kind | level | amount | true (solo) | design | decisions | regressed "
           "(95 %) | unchanged | unknown | measured / true | attributed to | decision "
-          "(median) |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "(median) | extended past the budget |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for cell in cells:
         done = _decisions(entries, cell)
         amount = done[0]["amount"]
@@ -371,7 +374,7 @@ def report(entries: list[dict[str, Any]]) -> None:
               f"{len(done)} | {_rate(verdicts['regressed'], len(done))} | "
               f"{verdicts['unchanged']} | {verdicts['unknown']} | {ratio_text} | "
               f"{attributed_text} | "
-              f"{_median_time(done)} |")
+              f"{_median_time(done)} | {_extensions(done)} |")
     for failure in (e for e in entries if e["case"] == "failure"):
         print(f"\nFAILED: {failure['kind']} {failure['level']:.0%} {failure['design']} "
               f"(prompts {_prompt(failure)}): {failure['error'].splitlines()[0]}")
@@ -379,6 +382,14 @@ def report(entries: list[dict[str, Any]]) -> None:
           f"{TARGET_DETECTION[0.05]:.0%} at 5 %; A/A regressed <= {TARGET_FALSE_ALARMS:.0%};"
           f" median decision <= {TARGET_DECISION_S:.0f} s. 'measured / true': the design's "
           "median pair effect over the solo one.")
+
+
+def _extensions(done: list[dict[str, Any]]) -> str:
+    """How many decisions measured past the budget, and the median seconds they added."""
+    extended = [e["extended_s"] for e in done if e.get("extended_s")]
+    if not extended:
+        return f"0/{len(done)}"
+    return f"{len(extended)}/{len(done)}, median +{statistics.median(extended):.0f} s"
 
 
 def _counts(text: str) -> dict[str, int]:
@@ -406,6 +417,9 @@ def main() -> None:
                         help="prompt tokens of the first-token requests, or auto")
     parser.add_argument("--log", type=Path, default=Path("ab-detection.jsonl"))
     parser.add_argument("--budget-s", type=float, default=AbRule().budget_s)
+    parser.add_argument("--extend-s", type=float, default=AB_EXTEND_S,
+                        help="seconds past the budget while a shown change straddles the "
+                        "threshold (harness ab's default)")
     parser.add_argument("--deadline-s", type=float, default=math.inf,
                         help="start no decision after this many seconds")
     parser.add_argument("--report-only", action="store_true")
@@ -421,7 +435,8 @@ def main() -> None:
         report(_entries(args.log))
         return
     ttft_prompt = None if args.ttft_prompt == "auto" else int(args.ttft_prompt)
-    bench = Bench(args.log, args.budget_s, args.n_prompt, ttft_prompt)
+    bench = Bench(args.log, AbRule(budget_s=args.budget_s, extend_s=args.extend_s),
+                  args.n_prompt, ttft_prompt)
     cells = [Cell(kind, float(level), design, bench.prompts)
              for level in args.levels.split(",") for kind in kinds for design in designs]
     cells += [Cell("aa", 0.0, design, bench.prompts) for design in designs if args.aa]

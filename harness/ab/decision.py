@@ -19,6 +19,7 @@ from harness.results.rules import (
     AB_BLOCK_SIZE,
     AB_BUDGET_S,
     AB_CONFIDENCE,
+    AB_EXTEND_S,
     AB_MIN_PAIRS,
     AB_THRESHOLD,
     AbVerdict,
@@ -26,9 +27,10 @@ from harness.results.rules import (
 from harness.results.run_record import METRICS, Direction, metric_direction
 
 __all__ = [
-    "AB_BLOCK_SIZE", "AB_BUDGET_S", "AB_CONFIDENCE", "AB_MIN_PAIRS", "AB_THRESHOLD",
-    "AbRule", "AbVerdict", "MetricDecision", "all_decided", "decide", "decide_metric",
-    "effective_threshold", "resampled_false_alarm_rate",
+    "AB_BLOCK_SIZE", "AB_BUDGET_S", "AB_CONFIDENCE", "AB_EXTEND_S", "AB_MIN_PAIRS",
+    "AB_THRESHOLD", "AbRule", "AbVerdict", "MetricDecision", "all_decided", "decide",
+    "decide_metric", "effective_threshold", "resampled_false_alarm_rate",
+    "worth_extending",
 ]
 
 # AbVerdict.UNKNOWN: not decided yet: the interval straddles an edge of the threshold
@@ -47,6 +49,9 @@ class AbRule:
     wall time per metric before what is undecided stays ``unknown``. ``block_size``:
     server starts between two looks at the pairs: whole ABBA / BAAB quartets
     (interleaved, a multiple of 4) or whole pairs (duet, a multiple of 2).
+    ``extend_s``: seconds past the budget measuring may go on while a metric is
+    :func:`worth_extending` (0, the default here: never; ``harness ab``'s is
+    ``AB_EXTEND_S``).
 
     A metric with an absolute floor (``Metric.min_change``, the history rule's too)
     also needs its change to pass the floor: the band widens to the floor where the
@@ -58,6 +63,7 @@ class AbRule:
     min_pairs: int = AB_MIN_PAIRS
     budget_s: float = AB_BUDGET_S
     block_size: int = AB_BLOCK_SIZE
+    extend_s: float = 0.0
 
     def __post_init__(self) -> None:
         # ``not 0 < x < 1`` also refuses NaN.
@@ -74,6 +80,9 @@ class AbRule:
         if not (self.budget_s > 0 and math.isfinite(self.budget_s)):
             raise ConfigError(f"A/B budget {self.budget_s} s must be a finite number of "
                               "seconds above 0")
+        if not (self.extend_s >= 0 and math.isfinite(self.extend_s)):
+            raise ConfigError(f"A/B extension {self.extend_s} s must be a finite number of "
+                              "seconds, 0 or more (0: stop at the budget)")
         if self.block_size < 2 or self.block_size % 2:
             raise ConfigError(f"A/B block size {self.block_size} must be a positive "
                               "multiple of 2 (whole pairs; interleaved: of 4, whole "
@@ -187,6 +196,18 @@ def decide_metric(metric: str, baseline: Sequence[float], candidate: Sequence[fl
         candidate_median=statistics.median(candidate) if candidate else None,
         pairs=len(baseline), threshold=judged.threshold, reason=reason,
         settled=reason is not None)
+
+
+def worth_extending(decision: MetricDecision) -> bool:
+    """Whether more measuring past the budget is worth its time for this metric: it is
+    still ``unknown`` (not settled), and its interval lies wholly on one side of 1 (a
+    change is shown) while it straddles an edge of the band (its size against the
+    threshold is not). An interval that still holds 1 is left at the budget: it may be
+    no change at all, and more of the same rarely settles it soon."""
+    interval = decision.interval
+    if decision.final or interval is None or decision.reason is not None:
+        return False
+    return interval.high < 1 or interval.low > 1
 
 
 def all_decided(decisions: Iterable[MetricDecision]) -> bool:

@@ -77,7 +77,7 @@ def table(outcome: AbOutcome) -> str:
             f"fixture {settings.fixture}, {settings.design} design, "
             f"{len(outcome.samples)} server starts in {outcome.blocks} blocks, "
             f"{outcome.elapsed_s:.0f} s; threshold {settings.rule.threshold:.1%}, budget "
-            f"{settings.rule.budget_s:.0f} s, seed {outcome.seed}\n"
+            f"{settings.rule.budget_s:.0f} s{_extension(outcome)}, seed {outcome.seed}\n"
             f"prompt {settings.n_prompt} tokens, first token timed on "
             f"{settings.first_prompt()}")
     reasons = [f"{d.metric} unknown: {d.reason}" for d in outcome.decisions if d.reason]
@@ -89,6 +89,17 @@ def table(outcome: AbOutcome) -> str:
                       f"numerics: {numerics.verdict} — {numerics.reason}", "",
                       counters_markdown(counter_report(outcome)),
                       *(["", *pending] if pending else [])])
+
+
+def _extension(outcome: AbOutcome) -> str:
+    """The head's word on measuring past the budget: how far it may, and how far it did."""
+    rule = outcome.settings.rule
+    if not rule.extend_s:
+        return ""
+    if not outcome.extended_for:
+        return f" (+{rule.extend_s:.0f} s for a shown change; not needed)"
+    return (f" (+{rule.extend_s:.0f} s for a shown change; used {outcome.extended_s:.0f} s "
+            f"for {', '.join(outcome.extended_for)})")
 
 
 def _decision_json(decision: MetricDecision, decided_after: float | None,
@@ -119,6 +130,8 @@ def outcome_json(outcome: AbOutcome) -> dict[str, Any]:
         "baseline": outcome.baseline.describe(), "candidate": outcome.candidate.describe(),
         "fixture": settings.fixture, "design": settings.design, "seed": outcome.seed,
         "threshold": settings.rule.threshold, "budget_s": settings.rule.budget_s,
+        "extend_s": settings.rule.extend_s, "extended_s": outcome.extended_s,
+        "extended_for": list(outcome.extended_for),
         "confidence": settings.rule.confidence, "elapsed_s": outcome.elapsed_s,
         "blocks": outcome.blocks, "regressed": outcome.regressed,
         "undecided": undecided(outcome),

@@ -9,8 +9,10 @@ launch spec — model, context, threads — so the build is the only difference
 
 After each block every metric still undecided is decided on the pairs so far; a
 metric's first decisive verdict is final (the sequential stop). The comparison ends
-when every metric is decided, or when the next block would not fit in the budget;
-what is undecided then is ``unknown``.
+when every metric is decided, or when the next block would not fit in the budget —
+unless a metric's interval lies wholly beyond "no change" but straddles the threshold
+(:func:`harness.ab.decision.worth_extending`): then it goes on, up to the rule's
+``extend_s`` past the budget. What is undecided at the end is ``unknown``.
 
 The module stays whole because it is one job, starting servers for a comparison: the
 probe start that sizes the first-token prompt, the blocks and a continued comparison
@@ -33,7 +35,13 @@ from typing import Any
 import httpx
 
 from harness.ab.counters import read_counters
-from harness.ab.decision import AbRule, AbVerdict, MetricDecision, decide_metric
+from harness.ab.decision import (
+    AbRule,
+    AbVerdict,
+    MetricDecision,
+    decide_metric,
+    worth_extending,
+)
 from harness.ab.design import (
     BASELINE,
     CANDIDATE,
@@ -172,6 +180,10 @@ class AbOutcome:
     blocks: int
     #: The log files of every server, in start order, for a look when a verdict surprises.
     log_dir: Path | None = None
+    #: Seconds measured past the budget because a metric was worth it (0: none), and
+    #: which metrics asked for it.
+    extended_s: float = 0.0
+    extended_for: tuple[str, ...] = ()
 
     @property
     def regressed(self) -> bool:
@@ -351,6 +363,7 @@ def _run(baseline: Arm, candidate: Arm, settings: AbSettings, *,
     block_times: list[float] = []
     number = resume.blocks if resume is not None else 0
     current: dict[str, MetricDecision] = {}
+    extended_for: set[str] = set()
     while True:
         block = plan_block(settings.design, number, rng, settings.rule.block_size)
         block_started = time.monotonic()
@@ -376,13 +389,23 @@ def _run(baseline: Arm, candidate: Arm, settings: AbSettings, *,
         # end past the budget.
         if len(frozen) == len(settings.metrics):
             break
-        if elapsed + max(block_times) > settings.rule.budget_s:
-            break
+        next_end = elapsed + max(block_times)
+        if next_end > settings.rule.budget_s:
+            # Past the budget only while a shown change is still sized against the
+            # threshold, and only up to the extension's ceiling.
+            asking = [m for m, d in decisions.items() if worth_extending(d)]
+            if not asking or next_end > settings.rule.budget_s + settings.rule.extend_s:
+                break
+            extended_for.update(asking)
+    elapsed = time.monotonic() - started
     return AbOutcome(baseline=baseline, candidate=candidate, settings=settings, seed=seed,
                      samples=tuple(samples),
                      decisions=tuple(decisions[m] for m in settings.metrics),
-                     decided_after_s=decided_after, elapsed_s=time.monotonic() - started,
-                     blocks=number, log_dir=log_dir)
+                     decided_after_s=decided_after, elapsed_s=elapsed,
+                     blocks=number, log_dir=log_dir,
+                     extended_s=max(0.0, elapsed - settings.rule.budget_s)
+                     if extended_for else 0.0,
+                     extended_for=tuple(m for m in settings.metrics if m in extended_for))
 
 
 def _with_first_token_prompt(settings: AbSettings, baseline: Arm, log_dir: Path,

@@ -24,7 +24,7 @@ import click
 from docker.errors import DockerException
 
 from harness import modelgen
-from harness.ab.decision import AbRule
+from harness.ab.decision import AB_EXTEND_S, AbRule
 from harness.ab.design import DESIGNS, SEQUENTIAL
 from harness.ab.design_check import (
     CALIBRATING_KINDS,
@@ -128,6 +128,10 @@ def _progress(progress: AbProgress) -> None:
 @click.option("--budget-s", type=click.FloatRange(min=1), default=DEFAULT_RULE.budget_s,
               show_default=True, help="Seconds of measuring before what is undecided stays "
               "unknown (exit 3).")
+@click.option("--extend-s", type=click.FloatRange(min=0), default=AB_EXTEND_S,
+              show_default=True, help="Seconds past the budget measuring may go on while a "
+              "metric's interval lies wholly beyond no change but straddles the threshold "
+              "(0: stop at the budget).")
 @click.option("--design", type=click.Choice((AUTO, *DESIGNS)), default=AUTO,
               show_default=True, help="sequential: each start alone, both arms on the same "
               "half of the cores (the ground truth); interleaved: ABBA blocks on all cores; "
@@ -165,7 +169,8 @@ def _progress(progress: AbProgress) -> None:
 @click.option("--log-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Keep every server's log here [default: a temporary folder].")
 def ab_command(*, baseline: str | None, candidate: str | None, fixture: str,
-               metrics: tuple[str, ...], threshold: float, budget_s: float, design: str,
+               metrics: tuple[str, ...], threshold: float, budget_s: float,
+               extend_s: float, design: str,
                calibrate_design: bool, slowdown: float, threads: int | None,
                n_prompt: int, ttft_prompt: int | None, seed: int | None, as_json: bool,
                run_json: Path | None, allure_results: Path | None, log_dir: Path | None) -> None:
@@ -196,7 +201,8 @@ def ab_command(*, baseline: str | None, candidate: str | None, fixture: str,
         model = modelgen.ensure_fixtures().model(fixture)
         settings = AbSettings(
             model=model, fixture=fixture, metrics=chosen,
-            rule=AbRule(threshold=threshold, budget_s=budget_s), design=design,
+            rule=AbRule(threshold=threshold, budget_s=budget_s, extend_s=extend_s),
+            design=design,
             threads=threads, n_prompt=n_prompt, ttft_prompt=ttft_prompt, seed=seed,
             validated=validated_metrics(design, chosen, record))
         outcome = run_ab(*arms, settings, on_block=_progress, log_dir=log_dir)

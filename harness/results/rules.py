@@ -60,3 +60,8 @@ AB_CONFIDENCE = 0.95
 AB_MIN_PAIRS = 6
 AB_BUDGET_S = 180.0
 AB_BLOCK_SIZE = 4
+# ``harness ab``'s extension: up to this many seconds past the budget while an interval
+# lies wholly beyond "no change" but straddles the threshold (a shown change whose size
+# is not settled yet). The library rule's default is none (bisect and tune keep their
+# own budgets); the command's is this.
+AB_EXTEND_S = 180.0
