@@ -241,17 +241,19 @@ def test_one_device_and_the_spread_compute_the_same_numbers(fixture_set: modelge
                                                             plan_for: PlanFor,
                                                             start_server: StartServer,
                                                             spread: Spread) -> None:
+    """One RPC device against two: the same CPU kernels behind both on any build (a GPU
+    build's own card is left out by ``--device``), so only the split can differ."""
     model = fixture_set.model(MODEL)
-    token_bytes = read_token_bytes(model)
-    n_vocab = len(token_bytes)
+    _, alone = spread([ROOMY_MIB])
     _, devices = spread([ROOMY_MIB, ROOMY_MIB])
     fingerprints = []
-    for plan in (plan_for(model=MODEL, per_call=SETTINGS),
+    for plan in (plan_for(model=MODEL, devices=alone, per_call=SETTINGS),
                  plan_for(model=MODEL, devices=devices, per_call=SETTINGS)):
+        assert plan.devices is not None
+        # Exactly the planned devices, by the names llama-server lists them by.
+        assert plan.spec.device == ",".join(f"RPC{i}" for i in range(len(plan.devices.shares)))
         server = start_server(plan.spec)
-        with ServerClient(server.base_url) as client:
-            _, reported = greedy_distributions(client, n_vocab, token_bytes)
-        fingerprints.append(record_fingerprint_of(reported))
+        fingerprints.append(_greedy_fingerprint(server, model))
         server.stop()
     one, spread_over = fingerprints
     change = divergence(one, spread_over)
@@ -287,7 +289,8 @@ def test_row_and_tensor_split_compute_what_one_device_computes_or_are_refused(
         spread_over = _greedy_fingerprint(split.server, model)
     finally:
         split.server.stop()
-    one = supervisor.launch(plan_for(model=MODEL, per_call=SETTINGS))
+    _, alone_device = spread([ROOMY_MIB])
+    one = supervisor.launch(plan_for(model=MODEL, devices=alone_device, per_call=SETTINGS))
     try:
         alone = _greedy_fingerprint(one.server, model)
     finally:

@@ -87,6 +87,7 @@ def test_the_builds_own_cards_become_a_device_list_in_its_order() -> None:
     devices = card_device_list(listed, Backend.CUDA, cards)
     assert [(d.name, d.kind, d.memory_mib) for d in devices.devices] == [
         ("CUDA0", DeviceKind.CARD, 143000), ("CUDA1", DeviceKind.CARD, 23500)]
+    assert devices.listed_names == ("CUDA0", "CUDA1")
     h200 = next(c for c in cards if c.name == "h200")
     assert devices.devices[0].reserved_mib == h200.reserved_headroom_mib
     assert devices.devices[0].bandwidth_gbps == h200.memory_bandwidth_gbps

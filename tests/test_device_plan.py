@@ -3,6 +3,7 @@ rule, the equal-headroom spread, the fallback in order, and the flags it sends."
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import subprocess
 from pathlib import Path
@@ -239,3 +240,22 @@ def test_a_retreat_plans_again_from_the_same_inputs_or_says_nothing_can_move() -
     empty = plan_devices(model, _rpc(1000, 1000), Offload(n_gpu_layers=0), kv_bytes=0,
                          context=0)
     assert moved_off(model, empty, 1) is None
+
+
+def test_the_device_flag_names_exactly_the_planned_devices_where_their_names_are_known() -> None:
+    rpc = _rpc(1000, 1000)
+    assert plan_devices(_model(), rpc, Offload(n_gpu_layers=99), kv_bytes=0,
+                        context=0).device_arg == "RPC0,RPC1"
+    listed = Device(kind=DeviceKind.CARD, name="CUDA0", memory_mib=1000, reserved_mib=0,
+                    bandwidth_gbps=1000.0, listed_name="CUDA0")
+    mixed = DeviceList((rpc.devices[0], listed))
+    assert plan_devices(_model(), mixed, Offload(n_gpu_layers=99), kv_bytes=0,
+                        context=0).device_arg == "RPC0,CUDA0"
+    # A card from a config file has no name the build lists: every device is left on.
+    configured = DeviceList((rpc.devices[0], dataclasses.replace(listed, listed_name=None)))
+    plan = plan_devices(_model(), configured, Offload(n_gpu_layers=99), kv_bytes=0, context=0)
+    assert plan.device_arg is None
+    # --device after --rpc: llama-server looks the RPC device's name up as it parses it.
+    spec = LaunchSpec(model=Path("m.gguf"), rpc="127.0.0.1:1", device="RPC0")
+    argv = spec.to_argv("llama-server", "127.0.0.1", 8080)
+    assert argv.index("--rpc") < argv.index("--device")

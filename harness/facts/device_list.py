@@ -48,6 +48,10 @@ class Device:
     #: The time one token's hop to this device costs beyond its reads (an RPC device's
     #: network round trip), in microseconds; 0 for a card on the local bus.
     hop_latency_us: float = 0.0
+    #: The name the build lists a card by (``CUDA0``), where the build itself listed it;
+    #: None for a card from a config file. (An RPC device's is ``RPC<n>``, n its place
+    #: among the list's endpoints: llama.cpp registers ``--rpc`` endpoints in order.)
+    listed_name: str | None = None
 
     @property
     def budget_bytes(self) -> int:
@@ -72,3 +76,18 @@ class DeviceList:
     @property
     def rpc_endpoints(self) -> tuple[str, ...]:
         return tuple(d.endpoint for d in self.devices if d.endpoint)
+
+    @property
+    def listed_names(self) -> tuple[str, ...] | None:
+        """Every device's name as llama-server lists it (``--device``'s words), in order;
+        None when a card's is not known (a card from a config file)."""
+        names, rpc = [], 0
+        for device in self.devices:
+            if device.kind is DeviceKind.RPC:
+                names.append(f"RPC{rpc}")
+                rpc += 1
+            elif device.listed_name is not None:
+                names.append(device.listed_name)
+            else:
+                return None
+        return tuple(names)

@@ -85,5 +85,8 @@ def plan_device_step(model: ModelFacts, devices: DeviceList | None,
     if plan.rpc_arg:
         launch["rpc"] = plan.rpc_arg
         origins["rpc"] = DEVICES
+    if plan.device_arg:
+        launch["device"] = plan.device_arg
+        origins["device"] = DEVICES
     reasons.extend(plan.reasons)
     return plan, settings

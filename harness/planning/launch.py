@@ -61,6 +61,9 @@ class LaunchSpec:
     #: and the RPC servers that are devices, ``HOST:PORT,...``.
     tensor_split: str | None = None
     rpc: str | None = None
+    #: ``--device``: exactly the devices the spread names (``RPC0,RPC1``, ``RPC0,CUDA0``),
+    #: so a build's other devices take no part (a GPU build's own card beside RPC devices).
+    device: str | None = None
     log_verbosity: int = INFO_VERBOSITY
     metrics: bool = False
     extra_args: tuple[str, ...] = ()
@@ -121,6 +124,9 @@ VALUE_FLAGS: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
     ("threads", "--threads", int),
     ("tensor_split", "--tensor-split", str),
     ("rpc", "--rpc", str),
+    # After --rpc: llama-server looks a --device name up as it parses it, and the RPC
+    # devices exist only once --rpc has registered them.
+    ("device", "--device", str),
 )
 #: Launch-only field → flag that is present or absent.
 SWITCH_FLAGS: tuple[tuple[str, str], ...] = (

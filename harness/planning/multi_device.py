@@ -136,8 +136,13 @@ class DevicePlan:
         """``--rpc``'s value: the list's RPC endpoints in order, None for none."""
         return ",".join(self.devices.rpc_endpoints) or None
 
-    def share_of(self, key: str) -> DeviceShare | None:
-        return next((s for s in self.shares if s.device.key == key), None)
+    @property
+    def device_arg(self) -> str | None:
+        """``--device``'s value: every device of the list by the name llama-server lists
+        it by, so no other device of the build takes part; None when a card's name is not
+        known (a card from a config file: the build's own devices are then all used)."""
+        names = self.devices.listed_names
+        return ",".join(names) if names else None
 
     def describe_rows(self) -> list[str]:
         return [share.describe() for share in self.shares]

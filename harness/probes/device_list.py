@@ -98,5 +98,6 @@ def card_device_list(listed: Sequence[ListedDevice], backend: Backend,
                               "configs/gpu/<card>.json with a `match` pattern for its name")
         devices.append(Device(kind=DeviceKind.CARD, name=seen.name, memory_mib=seen.free_mib,
                               reserved_mib=card.reserved_headroom_mib,
-                              bandwidth_gbps=card.memory_bandwidth_gbps))
+                              bandwidth_gbps=card.memory_bandwidth_gbps,
+                              listed_name=seen.name))
     return DeviceList(tuple(devices), f"the {backend.value} devices the build lists")
