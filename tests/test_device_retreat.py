@@ -57,6 +57,16 @@ def test_a_card_is_found_by_its_backend_index_after_the_rpc_devices(line: str,
     assert failed_device_index(f"load_tensors: loading\n{line}\n", devices) == index
 
 
+def test_a_card_the_build_listed_is_found_by_its_name() -> None:
+    # Only the build's second card in the list: its index there is 0, its name CUDA1.
+    second = Device(DeviceKind.CARD, "CUDA1", 1000, 0, 1000.0, listed_name="CUDA1")
+    devices = DeviceList((_rpc("127.0.0.1:1"), second))
+    assert failed_device_index("failed to allocate CUDA1 buffer of size 12", devices) == 1
+    assert failed_device_index("allocating 8.00 MiB on device 1: cudaMalloc failed: out of "
+                               "memory", devices) == 1
+    assert failed_device_index("failed to allocate CUDA0 buffer of size 12", devices) is None
+
+
 def test_the_retreat_moves_units_off_the_device_the_log_names() -> None:
     model = _model()
     plan = plan_devices(model, DeviceList((_rpc(CAPPED), _rpc("127.0.0.1:2"))),

@@ -11,8 +11,9 @@ lines the failure classifier already reads as out of memory (harness/verdicts/fa
   compiled for HIP too), where the number is the backend's own device index.
 
 The device is found in the plan's list by what names it: an RPC device by its endpoint,
-a card by its backend index among the list's cards (llama.cpp orders RPC devices first,
-then the build's GPUs in their own order).
+a card by the name the build lists it by (``CUDA1``) where the list has it, else by its
+backend index among the list's cards (llama.cpp orders RPC devices first, then the
+build's GPUs in their own order).
 """
 
 from __future__ import annotations
@@ -46,10 +47,21 @@ def _named_device(line: str, devices: DeviceList) -> int | None:
         if name["endpoint"] is not None:
             return next((i for i, d in enumerate(devices.devices)
                          if d.endpoint == name["endpoint"]), None)
-        return _card(cards, int(name["index"]))
+        return _card(devices, cards, int(name["index"]), {found["buffer"]})
     malloc = _CUDA_MALLOC.search(line)
-    return _card(cards, int(malloc["index"])) if malloc is not None else None
+    if malloc is None:
+        return None
+    index = int(malloc["index"])
+    return _card(devices, cards, index, {f"CUDA{index}", f"ROCm{index}"})
 
 
-def _card(cards: list[int], backend_index: int) -> int | None:
+def _card(devices: DeviceList, cards: list[int], backend_index: int,
+          names: set[str]) -> int | None:
+    """The card the build calls one of ``names``, where the list knows its cards' names;
+    else the ``backend_index``-th card of the list."""
+    named = [i for i in cards if devices.devices[i].listed_name in names]
+    if named:
+        return named[0]
+    if any(devices.devices[i].listed_name for i in cards):
+        return None  # the list names its cards, and not this one
     return cards[backend_index] if backend_index < len(cards) else None
