@@ -255,14 +255,7 @@ def test_one_device_and_the_spread_compute_the_same_numbers(fixture_set: modelge
         server = start_server(plan.spec)
         fingerprints.append(_greedy_fingerprint(server, model))
         server.stop()
-    one, spread_over = fingerprints
-    change = divergence(one, spread_over)
-    assert change.first_difference is None, (
-        f"the greedy token differs at position {change.first_difference}: one device "
-        f"{one.tokens}, the spread {spread_over.tokens}")
-    assert change.max_kld <= SAME_NUMBERS_KLD, (
-        f"KL divergence {change.max_kld:.3g} at position {change.at}, over "
-        f"{SAME_NUMBERS_KLD:g}")
+    _assert_same_numbers(*fingerprints, max_kld=SAME_NUMBERS_KLD, what="the spread")
 
 
 @pytest.mark.parametrize("mode", [SplitMode.ROW, SplitMode.TENSOR])
@@ -295,13 +288,20 @@ def test_row_and_tensor_split_compute_what_one_device_computes_or_are_refused(
         alone = _greedy_fingerprint(one.server, model)
     finally:
         one.server.stop()
-    change = divergence(alone, spread_over)
+    _assert_same_numbers(alone, spread_over, max_kld=SPLIT_KLD,
+                         what=f"the --split-mode {mode.value} split")
+
+
+def _assert_same_numbers(one: Fingerprint, other: Fingerprint, *, max_kld: float,
+                         what: str) -> None:
+    """``other`` (``what``) has one device's greedy tokens, within ``max_kld``."""
+    change = divergence(one, other)
     assert change.first_difference is None, (
-        f"--split-mode {mode.value}: the greedy token differs at position "
-        f"{change.first_difference}: one device {alone.tokens}, the split {spread_over.tokens}")
-    assert change.max_kld <= SPLIT_KLD, (
-        f"--split-mode {mode.value}: KL divergence {change.max_kld:.3g} at position "
-        f"{change.at}, over {SPLIT_KLD:g}")
+        f"{what}: the greedy token differs at position {change.first_difference}: one "
+        f"device {one.tokens}, {what} {other.tokens}")
+    assert change.max_kld <= max_kld, (
+        f"{what}: KL divergence {change.max_kld:.3g} at position {change.at}, over "
+        f"{max_kld:g}")
 
 
 def _greedy_fingerprint(server: Server, model: Path) -> Fingerprint:

@@ -17,9 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
-GATE = ROOT / "ci" / "scripts" / "gate.sh"
+from gate_copy import bare_gate
 
 _STAND_IN = """#!/usr/bin/env bash
 name=$(basename "$0")
@@ -64,18 +62,7 @@ class GateRun:
 def _gate(tmp_path: Path, ab_exits: str, **settings: str) -> GateRun:
     """gate.sh cpu with HARNESS_GATE_AB_BASELINE=pin, ``harness ab`` exiting ``ab_exits``
     (one code per attempt), no results service."""
-    checkout = tmp_path / "checkout"
-    (checkout / "ci" / "scripts").mkdir(parents=True)
-    (checkout / "suites").mkdir()
-    script = checkout / "ci" / "scripts" / "gate.sh"
-    # A copy in a checkout without .venv, so the stand-ins come first on PATH.
-    script.write_text(GATE.read_text())
-    script.chmod(0o755)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name in ("harness", "python3"):
-        (bin_dir / name).write_text(_STAND_IN)
-        (bin_dir / name).chmod(0o755)
+    script, bin_dir = bare_gate(tmp_path, _STAND_IN)
     calls, out, summary = tmp_path / "calls", tmp_path / "out", tmp_path / "summary.md"
     env = {name: value for name, value in os.environ.items()
            if not name.startswith(("HARNESS_", "GITHUB_", "CI_"))}

@@ -25,6 +25,7 @@ from typing import Any, cast
 import click
 import pytest
 import yaml
+from gate_copy import GATE, bare_gate
 
 import harness.plugin.hooks
 from harness import modelgen
@@ -574,7 +575,6 @@ def test_gpu_jobs_run_on_labelled_self_hosted_runners() -> None:
 
 #: The suite the multi-GPU cells run: one model spread over the runner's cards.
 MULTI_DEVICE_SUITE = "suites/test_multi_device.py"
-GATE = ROOT / "ci" / "scripts" / "gate.sh"
 
 
 def test_the_multi_gpu_cells_run_the_multi_device_suite_on_multi_gpu_runners() -> None:
@@ -662,18 +662,7 @@ printf '%s\\n' '---' >>"$GATE_CALLS"
 def _gate_calls(tmp_path: Path, backend: str, **settings: str) -> list[list[str]]:
     """The commands gate.sh runs (``harness`` and ``python3``, both stand-ins), each as its
     words: a copy of the script in a bare checkout, so no .venv puts the real ones first."""
-    checkout = tmp_path / "checkout"
-    (checkout / "ci" / "scripts").mkdir(parents=True)
-    (checkout / "suites").mkdir()
-    (checkout / MULTI_DEVICE_SUITE).touch()
-    script = checkout / "ci" / "scripts" / "gate.sh"
-    script.write_text(GATE.read_text())
-    script.chmod(0o755)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name in ("harness", "python3"):
-        (bin_dir / name).write_text(_RECORDER)
-        (bin_dir / name).chmod(0o755)
+    script, bin_dir = bare_gate(tmp_path, _RECORDER, files=[MULTI_DEVICE_SUITE])
     calls = tmp_path / "calls"
     env = _gate_env(tmp_path, **settings)
     env.update({"PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
