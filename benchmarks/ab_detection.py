@@ -3,7 +3,8 @@ against ground truth measured solo?
 
     .venv/bin/python benchmarks/ab_detection.py [--kinds all] [--levels 0.10]
         [--designs sequential,interleaved,duet] [--decisions sequential=20,duet=6,...]
-        [--aa 0] [--n-prompt 32] [--ttft-prompt auto] [--log ab-detection.jsonl]
+        [--aa 0] [--aa-neighbour 0] [--sampling gate|plain]
+        [--n-prompt 32] [--ttft-prompt auto] [--log ab-detection.jsonl]
         [--budget-s 180] [--extend-s 180]
         [--deadline-s S] [--report-only]
 
@@ -25,7 +26,13 @@ and each level (a fraction: 0.10 is 10 % worse on the metric the kind moves):
    decisions) — the solo measurement. Each design's measured effect (the median of its
    own pairs) is printed beside it as a ratio: 1.0 keeps the size, below 1 compresses.
 
-``--aa N`` adds N A/A decisions per design (the pinned build as both arms): false alarms.
+``--aa N`` adds N A/A decisions per design (the pinned build as both arms): false alarms;
+``--aa-neighbour N`` N more, each beside a noisy neighbour (benchmarks/noisy_neighbour.py:
+a build of the pinned tree looping on the same cores), row ``aa+build``.
+``--sampling gate`` (the default) measures as ``harness ab`` does by default: decode
+tokens and warm-up sized by a probe start, the client pinned, the slot covariate
+(harness/ab/sampling.py, covariate.py); ``plain`` as logs made before those did (64
+tokens x 5 completions, raw pairs). Its cells are labelled ``.../gate``.
 ``--n-prompt N`` times the completions with an N-token prompt and ``--ttft-prompt N|auto``
 the first token (``harness ab``'s options; auto: sized by a probe start, about 1024 tokens
 here). On a 32-token first-token prompt ``ttft_ms`` is about 16 ms here, so a 10 %
@@ -54,7 +61,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from noisy_neighbour import NoisyNeighbour
+
 from harness import modelgen
+from harness.ab.covariate import SLOT_COVARIATE, slot_of
 from harness.ab.decision import AB_EXTEND_S, AbRule, AbVerdict, decide_metric
 from harness.ab.design import DESIGNS, SEQUENTIAL
 from harness.ab.design_check import amount_for
@@ -64,10 +74,12 @@ from harness.ab.stats import wilson_interval
 from harness.ab.validation import effect
 from harness.builds.resolve import ensure_build
 from harness.builds.slowed import SLOWDOWN_BY_NAME, SLOWDOWNS, ensure_slowed_build, slowdown_env
+from harness.builds.source import fetch_pinned_source
 from harness.errors import ServerError
 from harness.paths import cache_root
 from harness.perf.keys import DEFAULT_PROMPT_TOKENS
 from harness.planning.build_plan import BuildRequest
+from harness.results.rules import AB_COVARIATE, AB_GEN_TOKENS, AB_PIN_CLIENT, AB_WARMUP
 from harness.results.run_record import METRICS, Direction
 
 TARGET_DETECTION = {0.10: 0.95, 0.05: 0.80}
@@ -100,19 +112,25 @@ def _entries(log: Path) -> list[dict[str, Any]]:
     return found
 
 
-def _pairs_by_metric(body: dict[str, Any]) -> dict[str, list[tuple[float, float]]]:
-    """Each metric's (baseline, candidate) pairs of one comparison's JSON samples."""
-    by_pair: dict[int, dict[str, dict[str, float]]] = {}
+def _pairs_by_metric(body: dict[str, Any]) -> tuple[dict[str, list[tuple[float, float]]],
+                                                    dict[str, list[float]]]:
+    """Each metric's (baseline, candidate) pairs of one comparison's JSON samples, and
+    each pair's slot (harness/ab/covariate.py) in the same order."""
+    by_pair: dict[int, dict[str, dict[str, Any]]] = {}
     for sample in body["samples"]:
-        by_pair.setdefault(sample["pair"], {})[sample["arm"]] = sample["values"]
+        by_pair.setdefault(sample["pair"], {})[sample["arm"]] = sample
     pairs: dict[str, list[tuple[float, float]]] = {}
+    slots: dict[str, list[float]] = {}
     for arms in by_pair.values():
         if {"baseline", "candidate"} <= set(arms):
+            base, cand = arms["baseline"], arms["candidate"]
+            slot = slot_of(base["sequence"], cand["sequence"], base["half"], cand["half"])
             for metric in AB_METRICS:
-                if metric in arms["baseline"] and metric in arms["candidate"]:
+                if metric in base["values"] and metric in cand["values"]:
                     pairs.setdefault(metric, []).append(
-                        (arms["baseline"][metric], arms["candidate"][metric]))
-    return pairs
+                        (base["values"][metric], cand["values"][metric]))
+                    slots.setdefault(metric, []).append(slot)
+    return pairs, slots
 
 
 def _median_effect(pairs: Iterable[tuple[float, float]], metric: str) -> float | None:
@@ -122,19 +140,28 @@ def _median_effect(pairs: Iterable[tuple[float, float]], metric: str) -> float |
     return effect(statistics.median(ratios), _higher_is_better(metric))
 
 
-def _attribution(pairs: dict[str, list[tuple[float, float]]], rule: AbRule) -> dict[str, str]:
-    """Every metric judged on the decision's pairs: where the change shows."""
+def _attribution(pairs: dict[str, list[tuple[float, float]]], rule: AbRule,
+                 slots: dict[str, list[float]] | None = None) -> dict[str, str]:
+    """Every metric judged on the decision's pairs (with the slot covariate where the
+    comparison used it): where the change shows."""
     found = {}
     for metric, metric_pairs in pairs.items():
         baseline = [b for b, _ in metric_pairs]
         candidate = [c for _, c in metric_pairs]
-        found[metric] = decide_metric(metric, baseline, candidate, rule).verdict.value
+        covariate = slots.get(metric) if slots is not None else None
+        found[metric] = decide_metric(metric, baseline, candidate, rule,
+                                      covariate).verdict.value
     return found
+
+
+def _entry_slots(entry: dict[str, Any]) -> dict[str, list[float]] | None:
+    """The slots a logged decision's rule used: None for raw pairs (and older logs)."""
+    return entry.get("slots") if entry.get("covariate") == SLOT_COVARIATE else None
 
 
 @dataclass(frozen=True)
 class Cell:
-    kind: str  # a SLOWDOWNS name, or "aa"
+    kind: str  # a SLOWDOWNS name, "aa", or "aa+build" (A/A beside a noisy neighbour)
     level: float
     design: str
     #: The prompt settings: "N/M" (timed prompt N, first-token prompt M or auto).
@@ -142,14 +169,33 @@ class Cell:
 
     @property
     def metric(self) -> str:
-        return "decode_tps" if self.kind == "aa" else SLOWDOWN_BY_NAME[self.kind].moves
+        return "decode_tps" if _is_aa(self.kind) else SLOWDOWN_BY_NAME[self.kind].moves
+
+
+#: ``--sampling``: ``harness ab``'s defaults (the probe sizes decode tokens and warm-up,
+#: the client is pinned, the slot covariate), or the plain measurement logs before them
+#: used (64 tokens x 5, no warm-up, raw pairs).
+GATE_SAMPLING, PLAIN_SAMPLING = "gate", "plain"
+SAMPLINGS: dict[str, dict[str, Any]] = {
+    GATE_SAMPLING: {"n_gen": AB_GEN_TOKENS, "warmup": AB_WARMUP,
+                    "pin_client": AB_PIN_CLIENT, "covariate": AB_COVARIATE},
+    PLAIN_SAMPLING: {},
+}
+
+
+#: The A/A cell measured beside a noisy neighbour (benchmarks/noisy_neighbour.py).
+AA_NEIGHBOUR = "aa+build"
+
+
+def _is_aa(kind: str) -> bool:
+    return kind in ("aa", AA_NEIGHBOUR)
 
 
 class Bench:
     """The arms, the fixture and the log: every measurement this benchmark makes."""
 
     def __init__(self, log: Path, rule: AbRule, n_prompt: int,
-                 ttft_prompt: int | None) -> None:
+                 ttft_prompt: int | None, sampling: str = GATE_SAMPLING) -> None:
         cache = cache_root()
         self.pinned = Arm("baseline", binary=ensure_build(cache, BuildRequest()).binary)
         self.slowed = Arm("candidate", binary=ensure_slowed_build(cache).binary)
@@ -158,6 +204,10 @@ class Bench:
         self.n_prompt = n_prompt
         self.ttft_prompt = ttft_prompt
         self.prompts = f"{n_prompt}/{'auto' if ttft_prompt is None else ttft_prompt}"
+        # Logs made before the gate sized its sampling measured plain: their label.
+        self.sampling = SAMPLINGS[sampling]
+        if sampling != PLAIN_SAMPLING:
+            self.prompts += f"/{sampling}"
         self.plain = {k: v for k, v in os.environ.items()
                       if k not in {kind.env for kind in SLOWDOWNS}}
         self.log = log
@@ -184,8 +234,9 @@ class Bench:
             ttft_prompt = self._baseline_ttft_prompt
         settings = AbSettings(model=self.model, fixture="bench", rule=rule, design=design,
                               metrics=(metric,), validated=frozenset(AB_METRICS),
-                              n_prompt=self.n_prompt, ttft_prompt=ttft_prompt)
-        if kind == "aa":
+                              n_prompt=self.n_prompt, ttft_prompt=ttft_prompt,
+                              **self.sampling)
+        if _is_aa(kind):
             candidate, env = replace(self.pinned, label="candidate"), self.plain
         else:
             candidate = self.slowed
@@ -193,14 +244,18 @@ class Bench:
         body = outcome_json(run_ab(self.pinned, candidate, settings,
                                    env={"baseline": self.plain, "candidate": env}))
         decided = body["metrics"][0]
-        pairs = _pairs_by_metric(body)
+        pairs, slots = _pairs_by_metric(body)
+        used = settings.covariate
         return {"prompts": self.prompts, "ttft_prompt": body.get("ttft_prompt"),
                 "verdict": decided["verdict"],
                 "decided_after_s": decided["decided_after_s"], "elapsed_s": body["elapsed_s"],
                 "extended_s": body["extended_s"],
                 "seed": body["seed"],
                 "effect": _median_effect(pairs.get(metric, []), metric),
-                "attribution": _attribution(pairs, self.rule),
+                "attribution": _attribution(pairs, self.rule,
+                                            slots if used == SLOT_COVARIATE else None),
+                "covariate": used, "slots": slots,
+                "n_gen": body["n_gen"], "warmup": body["warmup"],
                 "pairs": pairs}
 
     def baseline_figures(self) -> dict[str, float]:
@@ -275,10 +330,14 @@ class Bench:
 
     def decide(self, cell: Cell) -> dict[str, Any]:
         self.baseline_figures()  # the first-token prompt every comparison times
-        amount = 0 if cell.kind == "aa" else self.size(cell.kind, cell.level)
+        amount = 0 if _is_aa(cell.kind) else self.size(cell.kind, cell.level)
         started = time.monotonic()
         try:
-            result = self.compare(cell.kind, amount, cell.design, cell.metric)
+            if cell.kind == AA_NEIGHBOUR:
+                with NoisyNeighbour(fetch_pinned_source(cache_root()).path):
+                    result = self.compare(cell.kind, amount, cell.design, cell.metric)
+            else:
+                result = self.compare(cell.kind, amount, cell.design, cell.metric)
         except ServerError as exc:
             # A server that died is a finding, not the end of the run: logged and shown.
             failed = {"case": "failure", "kind": cell.kind, "level": cell.level,
@@ -339,7 +398,7 @@ def report(entries: list[dict[str, Any]]) -> None:
     """The markdown table of the whole log: one row per kind, level and design."""
     cells = sorted({Cell(e["kind"], e["level"], e["design"], _prompt(e)) for e in entries
                     if e["case"] == "decision"},
-                   key=lambda c: (c.kind == "aa", c.kind, c.prompts, -c.level,
+                   key=lambda c: (_is_aa(c.kind), c.kind, c.prompts, -c.level,
                                   DESIGNS.index(c.design)))
     print("\n| kind | level | amount | true (solo) | design | decisions | regressed "
           "(95 %) | unchanged | unknown | measured / true | attributed to | decision "
@@ -350,11 +409,11 @@ def report(entries: list[dict[str, Any]]) -> None:
         amount = done[0]["amount"]
         # Judged again with today's rule: a log made before a rule change reads as the
         # rule now decides those pairs (each decision's pairs end where it stopped).
-        judged = [_attribution(e["pairs"], AbRule()) for e in done]
+        judged = [_attribution(e["pairs"], AbRule(), _entry_slots(e)) for e in done]
         verdicts = Counter(found[cell.metric] for found in judged)
         pairs = [tuple(p) for e in done for p in e["pairs"].get(cell.metric, [])]
         measured = _median_effect(pairs, cell.metric)
-        if cell.kind == "aa":
+        if _is_aa(cell.kind):
             truth_text, ratio_text = "0", "—"
         else:
             truth = _median_effect(_solo_pairs(entries, cell, amount), cell.metric)
@@ -411,6 +470,9 @@ def main() -> None:
     parser.add_argument("--decisions", default="", metavar="DESIGN=N,...",
                         help=f"decisions per cell by design (default {DEFAULT_DECISIONS})")
     parser.add_argument("--aa", type=int, default=0, help="A/A decisions per design")
+    parser.add_argument("--aa-neighbour", type=int, default=0,
+                        help="A/A decisions per design beside a noisy neighbour (a build "
+                        "of the pinned tree on the same cores)")
     parser.add_argument("--n-prompt", type=int, default=DEFAULT_PROMPT_TOKENS,
                         help="prompt tokens of the timed completions")
     parser.add_argument("--ttft-prompt", default="auto",
@@ -422,6 +484,9 @@ def main() -> None:
                         "threshold (harness ab's default)")
     parser.add_argument("--deadline-s", type=float, default=math.inf,
                         help="start no decision after this many seconds")
+    parser.add_argument("--sampling", choices=sorted(SAMPLINGS), default=GATE_SAMPLING,
+                        help="harness ab's sampling defaults (gate), or the plain "
+                        "measurement earlier logs used")
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args()
     kinds = ([k.name for k in SLOWDOWNS] if args.kinds == "all"
@@ -436,11 +501,14 @@ def main() -> None:
         return
     ttft_prompt = None if args.ttft_prompt == "auto" else int(args.ttft_prompt)
     bench = Bench(args.log, AbRule(budget_s=args.budget_s, extend_s=args.extend_s),
-                  args.n_prompt, ttft_prompt)
+                  args.n_prompt, ttft_prompt, args.sampling)
     cells = [Cell(kind, float(level), design, bench.prompts)
              for level in args.levels.split(",") for kind in kinds for design in designs]
     cells += [Cell("aa", 0.0, design, bench.prompts) for design in designs if args.aa]
-    wanted = {cell: (args.aa if cell.kind == "aa" else counts[cell.design]) for cell in cells}
+    cells += [Cell(AA_NEIGHBOUR, 0.0, design, bench.prompts) for design in designs
+              if args.aa_neighbour]
+    wanted = {cell: (args.aa_neighbour if cell.kind == AA_NEIGHBOUR else args.aa
+                     if cell.kind == "aa" else counts[cell.design]) for cell in cells}
     started = time.monotonic()
     # Round robin, so a run stopped early has figures for every cell.
     while time.monotonic() - started < args.deadline_s:

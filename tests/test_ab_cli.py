@@ -85,6 +85,11 @@ def test_the_same_build_twice_is_not_a_regression(harness_build: BuildUnderTest)
     assert body["counters"]["changed"] == []
     assert "greedy_text" in body["counters"]["unchanged"]
     assert "block 1:" in result.stderr  # progress after each block
+    # harness ab's sampling defaults: a probe sized the decode and the warm-up, the pairs'
+    # slots adjust the interval, the client ran off the servers' cores.
+    assert body["n_gen"] in {64, 128, 256, 512, 1024}
+    assert 0 <= body["warmup"] <= 6
+    assert (body["covariate"], body["pin_client"]) == ("slot", True)
 
 
 @pytest.mark.server
@@ -93,11 +98,13 @@ def test_the_duet_design_pins_the_arms_to_opposite_halves(
         harness_build: BuildUnderTest) -> None:
     key = str(harness_build.binary)
     result = _ab("--baseline", key, "--candidate", key, "--metric", "decode_tps",
-                 "--design", "duet", "--budget-s", "10", *NO_EXTENSION, "--json")
+                 "--design", "duet", "--budget-s", "10", *NO_EXTENSION,
+                 "--gen-tokens", "32", "--warmup", "1", "--json")
     # Never "unchanged" (below), so undecided: exit 3.
     assert result.returncode == 3, result.stdout + result.stderr
     body = json.loads(result.stdout)
     assert body["design"] == "duet"
+    assert (body["n_gen"], body["warmup"]) == (32, 1)  # as given: no probe sized them
     for pair in {s["pair"] for s in body["samples"]}:
         halves = {s["arm"]: s["half"] for s in body["samples"] if s["pair"] == pair}
         assert set(halves.values()) == {0, 1}
@@ -212,6 +219,19 @@ def test_the_first_token_is_timed_on_a_prompt_long_enough_to_judge(
     # The floor is at most a third of the band at the baseline's first-token time.
     median = baseline_ttft[len(baseline_ttft) // 2]
     assert 5.0 / median < 0.03, baseline_ttft
+
+
+@pytest.mark.parametrize(("option", "value", "said"), [
+    ("--gen-tokens", "0", "auto or a count from 1 to 1024"),
+    ("--warmup", "13", "auto or a count from 0 to 12"),
+    ("--covariate", "order", "'slot'"),
+])
+def test_a_sampling_setting_out_of_range_is_a_usage_error(option: str, value: str,
+                                                         said: str) -> None:
+    result = _ab("--baseline", "x", "--candidate", "y", option, value)
+    assert result.returncode == 2
+    assert option in result.stderr
+    assert said in result.stderr
 
 
 def test_a_first_token_prompt_out_of_range_is_a_usage_error() -> None:

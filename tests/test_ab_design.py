@@ -230,8 +230,9 @@ def test_a_continued_comparison_keeps_its_pairs_and_numbers_on(
     scripted, alternating so that no verdict is reached, and each call gets one block."""
     values = iter([100.0, 104.0, 110.0, 96.0] * 50)
 
-    def measure(self: object, cpus: set[int] | None) -> Measured:
-        return {"decode_tps": next(values)}, {"greedy_text": "x"}, None
+    def measure(self: object, cpus: set[int] | None,
+                client: set[int] | None = None) -> Measured:
+        return Measured({"decode_tps": next(values)}, {"greedy_text": "x"}, None)
 
     monkeypatch.setattr("harness.ab.runner._Starter.measure", measure)
     # Executables the runners accept; no server starts, measure is scripted.
@@ -261,11 +262,13 @@ def test_a_lengthened_first_token_prompt_is_measured_and_doubled_while_short(
     wanted) doubles the prompt, 300 ms keeps it."""
     asked: list[int | None] = []
 
-    def measure(self: Any, cpus: set[int] | None) -> Measured:
+    def measure(self: Any, cpus: set[int] | None,
+                client: set[int] | None = None) -> Measured:
         asked.append(self._settings.ttft_prompt)
         if self._settings.ttft_prompt is None:
-            return {"ttft_ms": 16.0, "prompt_tps": 3200.0, "decode_tps": 100.0}, {}, None
-        return {"ttft_ms": ttft_at_choice, "decode_tps": 100.0}, {}, None
+            return Measured({"ttft_ms": 16.0, "prompt_tps": 3200.0, "decode_tps": 100.0},
+                            {}, None)
+        return Measured({"ttft_ms": ttft_at_choice, "decode_tps": 100.0}, {}, None)
 
     monkeypatch.setattr("harness.ab.runner._Starter.measure", measure)
     arms = (Arm("baseline", binary=Path("/bin/true")), Arm("candidate", binary=Path("/bin/true")))

@@ -62,11 +62,12 @@ def _scripted(monkeypatch: pytest.MonkeyPatch, candidate_ratio: float, seed: int
     1.4 % of log-normal noise a start (2 % on a pair's ratio)."""
     noise = random.Random(seed)
 
-    def measure(self: Any, cpus: set[int] | None) -> Measured:
+    def measure(self: Any, cpus: set[int] | None,
+                client: set[int] | None = None) -> Measured:
         label = self._arm.label
         centre = 100.0 if label == BASELINE else 100.0 * candidate_ratio
-        return ({"decode_tps": centre * math.exp(noise.gauss(0, 0.014))},
-                {"greedy_text": "x"}, None)
+        return Measured({"decode_tps": centre * math.exp(noise.gauss(0, 0.014))},
+                        {"greedy_text": "x"}, None)
 
     monkeypatch.setattr("harness.ab.runner._Starter.measure", measure)
 

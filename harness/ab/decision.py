@@ -13,7 +13,13 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from harness.ab.stats import RatioInterval, min_pairs_for, paired_ratio_interval
+from harness.ab.covariate import adjust
+from harness.ab.stats import (
+    RatioInterval,
+    log_ratio_interval,
+    min_pairs_for,
+    paired_ratio_interval,
+)
 from harness.errors import ConfigError, HarnessError
 from harness.results.rules import (
     AB_BLOCK_SIZE,
@@ -167,6 +173,9 @@ class MetricDecision:
     #: An unknown that more pairs will not turn into a verdict (a change shown to lie
     #: under the metric's floor): final, like a verdict, so measuring it stops.
     settled: bool = False
+    #: With a covariate: the variance of the adjusted log ratios over the raw ones'
+    #: (below 1: it narrowed the interval); None without one.
+    variance_share: float | None = None
 
     @property
     def final(self) -> bool:
@@ -174,15 +183,19 @@ class MetricDecision:
 
 
 def decide_metric(metric: str, baseline: Sequence[float], candidate: Sequence[float],
-                  rule: AbRule) -> MetricDecision:
+                  rule: AbRule, covariate: Sequence[float] | None = None) -> MetricDecision:
     """Judge ``metric`` from paired samples (baseline[i] and candidate[i] one pair).
+
+    ``covariate``: one value per pair known before it ran (harness/ab/covariate.py);
+    the interval is then taken on the log ratios with its share taken out.
 
     Raises HarnessError for a metric METRICS lacks, or a sample that cannot enter a
     ratio (not finite, or not above 0), naming the metric and the sample.
     """
     direction = metric_direction(metric, "A/B")
     try:
-        judged = _judge(baseline, candidate, direction, rule, METRICS[metric].min_change)
+        judged = _judge(baseline, candidate, direction, rule, METRICS[metric].min_change,
+                        covariate=covariate)
     except ValueError as err:
         raise HarnessError(f"A/B metric {metric}: {err}") from err
     verdict, reason = judged.verdict, None
@@ -195,7 +208,7 @@ def decide_metric(metric: str, baseline: Sequence[float], candidate: Sequence[fl
         baseline_median=judged.baseline_median,
         candidate_median=statistics.median(candidate) if candidate else None,
         pairs=len(baseline), threshold=judged.threshold, reason=reason,
-        settled=reason is not None)
+        settled=reason is not None, variance_share=judged.variance_share)
 
 
 def worth_extending(decision: MetricDecision) -> bool:
@@ -257,15 +270,25 @@ class _Judged:
     baseline_median: float | None
     threshold: float
     verdict: AbVerdict
+    variance_share: float | None = None
 
 
 def _judge(baseline: Sequence[float], candidate: Sequence[float], direction: Direction,
-           rule: AbRule, min_change: float) -> _Judged:
+           rule: AbRule, min_change: float, *,
+           covariate: Sequence[float] | None = None) -> _Judged:
     """The one path from pairs to a verdict, for the gate and for the resampled rate."""
     interval = paired_ratio_interval(baseline, candidate, rule.confidence)
+    share = None
+    if covariate is not None and interval is not None:
+        # paired_ratio_interval has checked every sample is finite and above 0.
+        adjusted = adjust([math.log(c) - math.log(b)
+                           for b, c in zip(baseline, candidate, strict=True)], covariate)
+        interval, share = log_ratio_interval(adjusted.log_ratios, rule.confidence), \
+            adjusted.variance_share
     median = statistics.median(baseline) if baseline else None
     threshold = effective_threshold(rule, direction, min_change, median)
-    return _Judged(interval, median, threshold, decide(interval, direction, rule, threshold))
+    return _Judged(interval, median, threshold, decide(interval, direction, rule, threshold),
+                   share)
 
 
 def _verdict(sample: Sequence[tuple[float, float]], direction: Direction,

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.ab.counters import CounterReport, compare_counters, counters_json, counters_markdown
+from harness.ab.covariate import NO_COVARIATE
 from harness.ab.decision import MetricDecision
 from harness.ab.design import BASELINE, CANDIDATE, Sample
 from harness.ab.runner import AbOutcome
@@ -79,7 +80,7 @@ def table(outcome: AbOutcome) -> str:
             f"{outcome.elapsed_s:.0f} s; threshold {settings.rule.threshold:.1%}, budget "
             f"{settings.rule.budget_s:.0f} s{_extension(outcome)}, seed {outcome.seed}\n"
             f"prompt {settings.n_prompt} tokens, first token timed on "
-            f"{settings.first_prompt()}")
+            f"{settings.first_prompt()}; {_sampling(outcome)}")
     reasons = [f"{d.metric} unknown: {d.reason}" for d in outcome.decisions if d.reason]
     numerics = outcome.numerics
     pending = undecided_lines(outcome.decisions, failed=outcome.failed,
@@ -89,6 +90,21 @@ def table(outcome: AbOutcome) -> str:
                       f"numerics: {numerics.verdict} — {numerics.reason}", "",
                       counters_markdown(counter_report(outcome)),
                       *(["", *pending] if pending else [])])
+
+
+def _sampling(outcome: AbOutcome) -> str:
+    """The head's word on what each start measured and how the pairs were read."""
+    settings = outcome.settings
+    words = [f"decode {settings.gen_tokens()} tokens x {settings.repetitions} completions "
+             f"after {settings.warmup or 0} warm-up"]
+    if settings.pin_client:
+        words.append("client pinned off the server's cores")
+    if settings.covariate != NO_COVARIATE:
+        cuts = [f"{d.metric} {1 - d.variance_share:.0%}" for d in outcome.decisions
+                if d.variance_share is not None and d.variance_share < 1]
+        words.append(f"covariate {settings.covariate}"
+                     + (f" (variance cut: {', '.join(cuts)})" if cuts else ""))
+    return "; ".join(words)
 
 
 def _extension(outcome: AbOutcome) -> str:
@@ -120,6 +136,8 @@ def _decision_json(decision: MetricDecision, decided_after: float | None,
         "reason": decision.reason,
         # What would decide an unknown (harness/ab/undecided.py); None once decided.
         "would_decide": would,
+        # With a covariate: the adjusted log ratios' variance over the raw ones'.
+        "variance_share": decision.variance_share,
     }
 
 
@@ -137,6 +155,9 @@ def outcome_json(outcome: AbOutcome) -> dict[str, Any]:
         "undecided": undecided(outcome),
         "numerics": outcome.numerics.as_json(),
         "n_prompt": settings.n_prompt, "ttft_prompt": settings.first_prompt(),
+        "n_gen": settings.gen_tokens(), "repetitions": settings.repetitions,
+        "warmup": settings.warmup or 0, "pin_client": settings.pin_client,
+        "covariate": settings.covariate,
         "metrics": [_decision_json(d, outcome.decided_after_s.get(d.metric),
                                    _would_decide(outcome, d))
                     for d in outcome.decisions],

@@ -35,6 +35,7 @@ from typing import Any
 import httpx
 
 from harness.ab.counters import read_counters
+from harness.ab.covariate import NO_COVARIATE, slot_covariate
 from harness.ab.decision import (
     AbRule,
     AbVerdict,
@@ -54,7 +55,8 @@ from harness.ab.design import (
     plan_block,
 )
 from harness.ab.first_token import LONGEST_PROMPT, first_token_prompt, wanted_first_token_ms
-from harness.ab.pinning import core_halves, pin_process, usable_cores
+from harness.ab.pinning import client_pinned, core_halves, pin_process, usable_cores
+from harness.ab.sampling import PROBE_REPETITIONS, plan_sampling
 from harness.ab.validation import earn_unchanged, validated_metrics
 from harness.client import ServerClient, shared_pool
 from harness.errors import ConfigError, ServerApiError, ServerError, ServerExitedError
@@ -89,8 +91,17 @@ EXIT_GRACE_S = 2.0
 #: Tokens of the greedy completion whose text is a deterministic counter and whose
 #: log-probabilities are the numerics fingerprint.
 GREEDY_TOKENS = 16
-#: What one server start gives: its figures, its deterministic counters, its numbers.
-Measured = tuple[dict[str, float], dict[str, str], Fingerprint | None]
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one server start gives: its figures, its deterministic counters, its numbers,
+    and each counted completion's decode speed (what a probe sizes the sampling from)."""
+
+    values: dict[str, float]
+    counters: dict[str, str]
+    fingerprint: Fingerprint | None
+    decode_each: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -134,8 +145,19 @@ class AbSettings:
     #: needs, sized by one probe start of the baseline (harness/ab/first_token.py) when
     #: ``ttft_ms`` is measured, else ``n_prompt``.
     ttft_prompt: int | None = None
-    n_gen: int = DEFAULT_GEN_TOKENS
+    #: Decode tokens per timed completion. None: sized to the noise by the probe start
+    #: (harness/ab/sampling.py).
+    n_gen: int | None = DEFAULT_GEN_TOKENS
     repetitions: int = DEFAULT_REPETITIONS
+    #: Completions each start runs before its timed ones, not counted. None: as many as
+    #: the probe start shows to be warm-up.
+    warmup: int | None = 0
+    #: Pin this process (the client timing the server) to the other half of the cores
+    #: while a pinned server is measured alone on its half (sequential), so the client's
+    #: own work does not share the measured server's cores.
+    pin_client: bool = False
+    #: The covariate the intervals are adjusted by (harness/ab/covariate.py).
+    covariate: str = NO_COVARIATE
     seed: int | None = None
     #: The metrics whose "unchanged" this design has earned on this host
     #: (harness/ab/validation.py); None: sequential every metric, any other design none.
@@ -143,7 +165,16 @@ class AbSettings:
 
     def context(self) -> int:
         return self.ctx_size or context_for(max(self.n_prompt, self.first_prompt()),
-                                            self.n_gen)
+                                            self.gen_tokens())
+
+    def gen_tokens(self) -> int:
+        """Decode tokens per timed completion (the default until a probe sized them)."""
+        return self.n_gen if self.n_gen is not None else DEFAULT_GEN_TOKENS
+
+    def sized(self) -> bool:
+        """Whether nothing is left for a probe start to size."""
+        return self.n_gen is not None and self.warmup is not None and (
+            self.ttft_prompt is not None or "ttft_ms" not in self.metrics)
 
     def first_prompt(self) -> int:
         """Prompt tokens the first-token requests send."""
@@ -245,7 +276,13 @@ class _Starter:
             assert arm.image is not None
             self._runner = ContainerRunner(arm.image, log_dir / arm.label, env=env)
 
-    def measure(self, cpus: set[int] | None) -> Measured:
+    def measure(self, cpus: set[int] | None, client_cpus: set[int] | None = None) -> Measured:
+        """One fresh server on ``cpus`` (None: unpinned), measured with this process on
+        ``client_cpus`` (None: where it is) while it is measured."""
+        with client_pinned(client_cpus):
+            return self._measure(cpus)
+
+    def _measure(self, cpus: set[int] | None) -> Measured:
         launched = time.monotonic()
         server = self._runner.launch(self._spec)
         try:
@@ -262,9 +299,10 @@ class _Starter:
             if cpus is not None and pid is not None:
                 pin_process(pid, cpus)  # again: the threads the model load made
             settings = self._settings
-            speed = measure_speed(server.base_url, settings.n_prompt, settings.n_gen,
-                                  settings.repetitions,
-                                  first_token_prompt=settings.first_prompt())
+            speed = measure_speed(server.base_url, settings.n_prompt,
+                                  settings.gen_tokens(), settings.repetitions,
+                                  first_token_prompt=settings.first_prompt(),
+                                  warmup=settings.warmup or 0)
             for name, value in (("ttft_ms", speed.ttft_ms), ("prompt_tps", speed.prompt_tps),
                                 ("decode_tps", speed.decode_tps)):
                 if value is not None:
@@ -278,7 +316,7 @@ class _Starter:
             raise _lost(server, self._arm, exc) from exc
         finally:
             server.stop()
-        return values, counters, fingerprint
+        return Measured(values, counters, fingerprint, speed.decode_each)
 
 
 def _lost(server: RunningServer, arm: Arm, exc: Exception) -> ServerError:
@@ -331,7 +369,9 @@ def run_ab(baseline: Arm, candidate: Arm, settings: AbSettings, *,
     """
     _check(baseline, candidate, settings, resume)
     if resume is not None:
-        settings = replace(settings, ttft_prompt=resume.settings.ttft_prompt)
+        # What the first comparison's probe sized holds for its continuation.
+        settings = replace(settings, ttft_prompt=resume.settings.ttft_prompt,
+                           n_gen=resume.settings.n_gen, warmup=resume.settings.warmup)
     if log_dir is not None:
         return _run(baseline, candidate, settings, env=env or {}, on_block=on_block,
                     log_dir=log_dir, resume=resume)
@@ -352,8 +392,8 @@ def _run(baseline: Arm, candidate: Arm, settings: AbSettings, *,
     threads = _threads(settings)
     # The budget counts the probe start too, and a resumed comparison's seconds.
     started = time.monotonic() - (resume.elapsed_s if resume is not None else 0.0)
-    settings = _with_first_token_prompt(settings, baseline, log_dir, threads,
-                                        env.get(BASELINE))
+    settings = _with_probed_settings(settings, baseline, log_dir, threads,
+                                     env.get(BASELINE))
     starters = {arm.label: _Starter(arm, settings, log_dir, threads, env.get(arm.label))
                 for arm in (replace(baseline, label=BASELINE),
                             replace(candidate, label=CANDIDATE))}
@@ -367,13 +407,15 @@ def _run(baseline: Arm, candidate: Arm, settings: AbSettings, *,
     while True:
         block = plan_block(settings.design, number, rng, settings.rule.block_size)
         block_started = time.monotonic()
-        samples += _run_block(block, starters, started, len(samples))
+        samples += _run_block(block, starters, started, len(samples),
+                              pin_client=settings.pin_client)
         block_times.append(time.monotonic() - block_started)
         elapsed = time.monotonic() - started
         for metric in settings.metrics:
             if metric in frozen:
                 continue
-            decision = decide_metric(metric, *paired_values(samples, metric), settings.rule)
+            decision = decide_metric(metric, *paired_values(samples, metric), settings.rule,
+                                     _covariate(settings, samples, metric))
             # An unearned "unchanged" is unknown: not final, so measuring goes on and a
             # real change the design compresses can still show as regressed.
             decision = earn_unchanged(decision, settings.design, settings.earned())
@@ -408,17 +450,38 @@ def _run(baseline: Arm, candidate: Arm, settings: AbSettings, *,
                      extended_for=tuple(m for m in settings.metrics if m in extended_for))
 
 
-def _with_first_token_prompt(settings: AbSettings, baseline: Arm, log_dir: Path,
-                             threads: int, env: dict[str, str] | None) -> AbSettings:
-    """``settings`` with the first-token prompt fixed: as given, or sized from one
-    unpaired start of the baseline (on the first half of the cores where the design
-    pins) so that ``ttft_ms``'s floor lies well inside the band."""
-    if settings.ttft_prompt is not None or "ttft_ms" not in settings.metrics:
+def _covariate(settings: AbSettings, samples: Sequence[Sample],
+               metric: str) -> list[float] | None:
+    return None if settings.covariate == NO_COVARIATE else slot_covariate(samples, metric)
+
+
+def _with_probed_settings(settings: AbSettings, baseline: Arm, log_dir: Path,
+                          threads: int, env: dict[str, str] | None) -> AbSettings:
+    """``settings`` with what a probe sizes fixed: the first-token prompt, the decode
+    tokens and the warm-up, each as given or sized from unpaired starts of the baseline
+    (on the first half of the cores where the design pins): one start that times more
+    completions than a compared one at the default length (harness/ab/sampling.py), and
+    where ``ttft_ms`` needs a longer first-token prompt, a start per length tried."""
+    if settings.sized():
         return settings
     cpus = core_halves()[0] if settings.design in HALVED else None
+    client = core_halves()[1] if cpus is not None and settings.pin_client else None
     arm = replace(baseline, label=PROBE)
-    values, _, _ = _Starter(arm, settings, log_dir, threads, env).measure(cpus)
+    sampling = settings.n_gen is None or settings.warmup is None
+    probe = replace(settings, n_gen=settings.gen_tokens(), warmup=0,
+                    repetitions=PROBE_REPETITIONS if sampling else settings.repetitions)
+    measured = _Starter(arm, probe, log_dir, threads, env).measure(cpus, client)
+    if sampling:
+        plan = plan_sampling(measured.decode_each, tokens=probe.gen_tokens(),
+                             repetitions=settings.repetitions,
+                             threshold=settings.rule.threshold,
+                             size_tokens=settings.n_gen is None,
+                             size_warmup=settings.warmup is None)
+        settings = replace(settings, n_gen=plan.gen_tokens, warmup=plan.warmup)
+    if settings.ttft_prompt is not None or "ttft_ms" not in settings.metrics:
+        return settings
     floor, threshold = METRICS["ttft_ms"].min_change, settings.rule.threshold
+    values = measured.values
     chosen = first_token_prompt(settings.n_prompt, values.get("ttft_ms"),
                                 values.get("prompt_tps"), floor_ms=floor, threshold=threshold)
     # The choice is a prediction from the short prompt, off by half either way between
@@ -426,8 +489,8 @@ def _with_first_token_prompt(settings: AbSettings, baseline: Arm, log_dir: Path,
     # is still short of what the floor needs.
     while settings.n_prompt < chosen < LONGEST_PROMPT:
         at_choice = replace(settings, ttft_prompt=chosen)
-        values, _, _ = _Starter(arm, at_choice, log_dir, threads, env).measure(cpus)
-        ttft = values.get("ttft_ms")
+        ttft = _Starter(arm, at_choice, log_dir, threads, env).measure(
+            cpus, client).values.get("ttft_ms")
         if ttft is None or ttft >= wanted_first_token_ms(floor, threshold):
             break
         chosen *= 2
@@ -435,17 +498,19 @@ def _with_first_token_prompt(settings: AbSettings, baseline: Arm, log_dir: Path,
 
 
 def _run_block(block: Block, starters: dict[str, _Starter], started: float,
-               sequence: int) -> list[Sample]:
+               sequence: int, *, pin_client: bool = False) -> list[Sample]:
     halves = core_halves()
     if not block.together:
         # One start after another, each alone on the machine (sequential: on its pair's
-        # half of the cores; interleaved: on all of them).
+        # half of the cores, the client on the other half where asked; interleaved: on
+        # all of them).
         found = []
         for offset, slot in enumerate(block.slots):
             at = time.monotonic() - started
             cpus = halves[slot.half] if slot.half is not None else None
+            client = halves[1 - slot.half] if slot.half is not None and pin_client else None
             found.append(_sample(slot, block, sequence=sequence + offset, at=at,
-                                 measured=starters[slot.arm].measure(cpus)))
+                                 measured=starters[slot.arm].measure(cpus, client)))
         return found
     found = []
     pairs = sorted({slot.pair for slot in block.slots})
@@ -467,8 +532,7 @@ def _run_block(block: Block, starters: dict[str, _Starter], started: float,
 
 def _sample(slot: Slot, block: Block, *, sequence: int, at: float,
             measured: Measured) -> Sample:
-    values, counters, fingerprint = measured
     return Sample(arm=slot.arm, pair=slot.pair, block=block.number, sequence=sequence,
-                  at_s=at, values=values, counters=counters, half=slot.half,
-                  fingerprint=fingerprint)
+                  at_s=at, values=measured.values, counters=measured.counters,
+                  half=slot.half, fingerprint=measured.fingerprint)
 

@@ -147,7 +147,16 @@ def paired_ratio_interval(baseline: Sequence[float], candidate: Sequence[float],
     logs_c = [_log_sample(v, "candidate", i) for i, v in enumerate(candidate)]
     # A difference of logs, not the log of a quotient: then swapping the arms negates
     # every d exactly, and the interval inverts exactly.
-    diffs = [c - b for b, c in zip(logs_b, logs_c, strict=True)]
+    return log_ratio_interval([c - b for b, c in zip(logs_b, logs_c, strict=True)],
+                              confidence)
+
+
+def log_ratio_interval(diffs: Sequence[float],
+                       confidence: float = 0.95) -> RatioInterval | None:
+    """:func:`paired_ratio_interval` from the pairs' log ratios themselves (for log
+    ratios a covariate adjusted: harness/ab/covariate.py). None below the pairs
+    ``confidence`` needs."""
+    _check_confidence(confidence)
     n = len(diffs)
     critical = signed_rank_lower_critical(n, confidence)
     if critical is None:

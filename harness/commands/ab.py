@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 from docker.errors import DockerException
 
 from harness import modelgen
+from harness.ab.covariate import COVARIATES
 from harness.ab.decision import AB_EXTEND_S, AbRule
 from harness.ab.design import DESIGNS, SEQUENTIAL
 from harness.ab.design_check import (
@@ -36,12 +38,14 @@ from harness.ab.design_check import (
 from harness.ab.first_token import LONGEST_PROMPT
 from harness.ab.report import outcome_json, record_json, table, undecided
 from harness.ab.runner import AB_METRICS, AbOutcome, AbProgress, AbSettings, Arm, run_ab
+from harness.ab.sampling import LONGEST_GEN, PROBE_REPETITIONS
 from harness.ab.validation import DesignCheck, auto_design, record_for, validated_metrics
 from harness.builds.under_test import resolve_named_build
 from harness.errors import ConfigError, HarnessError
 from harness.paths import cache_root
 from harness.perf.keys import DEFAULT_PROMPT_TOKENS
 from harness.probes.docker_engine import docker_engine, engine_unavailable
+from harness.results.rules import AB_COVARIATE, AB_GEN_TOKENS, AB_PIN_CLIENT, AB_WARMUP
 from harness.results.run_validation import add_to_run
 
 DEFAULT_RULE = AbRule()
@@ -78,6 +82,28 @@ def _ttft_prompt(_ctx: click.Context, _param: click.Parameter, value: str) -> in
         raise click.BadParameter(f"{value!r}: give {AUTO_PROMPT} or a token count from 1 "
                                  f"to {LONGEST_PROMPT}", param_hint="--ttft-prompt")
     return tokens
+
+
+def _count_or_auto(option: str, lowest: int, highest: int) -> Callable[
+        [click.Context, click.Parameter, str], int | None]:
+    """A callback reading ``auto`` (None: sized by the probe start) or a count from
+    ``lowest`` to ``highest``."""
+    def read(_ctx: click.Context, _param: click.Parameter, value: str) -> int | None:
+        if value == AUTO:
+            return None
+        try:
+            count = int(value)
+        except ValueError:
+            count = -1
+        if not lowest <= count <= highest:
+            raise click.BadParameter(f"{value!r}: give {AUTO} or a count from {lowest} to "
+                                     f"{highest}", param_hint=option)
+        return count
+    return read
+
+
+def _auto_default(value: int | None) -> str:
+    return AUTO if value is None else str(value)
 
 
 def _is_image(name: str) -> bool:
@@ -119,7 +145,8 @@ def _progress(progress: AbProgress) -> None:
               help="The build to compare against: a build key, build.json, binary or image.")
 @click.option("--candidate", default=None, help="The build under test (same forms).")
 @click.option("--fixture", default="bench", show_default=True,
-              help="The fixture model both arms serve.")
+              help="The fixture model both arms serve, or a large fixture (bench-large, "
+              "written on first use).")
 @click.option("--metric", "metrics", multiple=True, type=click.Choice(AB_METRICS),
               help="A metric to decide (repeatable) [default: all four].")
 @click.option("--threshold", type=click.FloatRange(0.001, 0.5),
@@ -156,6 +183,23 @@ def _progress(progress: AbProgress) -> None:
               help="Prompt tokens of the first-token requests, or auto: long enough that "
               "ttft_ms's 5 ms floor is small beside the first token, sized by one probe "
               "start of the baseline (the context grows to hold it). See docs/ab.md.")
+@click.option("--gen-tokens", default=_auto_default(AB_GEN_TOKENS), show_default=True,
+              callback=_count_or_auto("--gen-tokens", 1, LONGEST_GEN),
+              help="Decode tokens per timed completion, or auto: doubled from 64 until a "
+              "start's decode figure varies by at most a quarter of the threshold, from "
+              f"the spread of {PROBE_REPETITIONS} completions of a probe start. See "
+              "docs/ab.md.")
+@click.option("--warmup", default=_auto_default(AB_WARMUP), show_default=True,
+              callback=_count_or_auto("--warmup", 0, PROBE_REPETITIONS),
+              help="Completions each start runs before its timed ones and does not count, "
+              "or auto: as many as the probe start's series shows to be warm-up (MSER).")
+@click.option("--pin-client/--no-pin-client", default=AB_PIN_CLIENT, show_default=True,
+              help="Sequential design: pin this process to the other half of the cores "
+              "while a server is measured on its half.")
+@click.option("--covariate", type=click.Choice(COVARIATES), default=AB_COVARIATE,
+              show_default=True, help="slot: take out of each interval the part the "
+              "pair's coin-flipped slot (which arm ran first, or had the first half of "
+              "the cores) explains, CUPED-style; none: the raw pairs.")
 @click.option("--seed", type=int, default=None, help="Seed of the block order (printed).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the whole result as JSON (every sample, in order) instead.")
@@ -172,7 +216,9 @@ def ab_command(*, baseline: str | None, candidate: str | None, fixture: str,
                metrics: tuple[str, ...], threshold: float, budget_s: float,
                extend_s: float, design: str,
                calibrate_design: bool, slowdown: float, threads: int | None,
-               n_prompt: int, ttft_prompt: int | None, seed: int | None, as_json: bool,
+               n_prompt: int, ttft_prompt: int | None, gen_tokens: int | None,
+               warmup: int | None, pin_client: bool, covariate: str,
+               seed: int | None, as_json: bool,
                run_json: Path | None, allure_results: Path | None, log_dir: Path | None) -> None:
     """Measure two builds side by side, paired, and decide per metric.
 
@@ -198,12 +244,13 @@ def ab_command(*, baseline: str | None, candidate: str | None, fixture: str,
         record = record_for(load_validation(cache_root()), [arm.backend for arm in arms])
         if design == AUTO:
             design = auto_design(chosen, record, all(a.binary is not None for a in arms))
-        model = modelgen.ensure_fixtures().model(fixture)
+        model = modelgen.fixture_model(fixture)
         settings = AbSettings(
             model=model, fixture=fixture, metrics=chosen,
             rule=AbRule(threshold=threshold, budget_s=budget_s, extend_s=extend_s),
             design=design,
             threads=threads, n_prompt=n_prompt, ttft_prompt=ttft_prompt, seed=seed,
+            n_gen=gen_tokens, warmup=warmup, pin_client=pin_client, covariate=covariate,
             validated=validated_metrics(design, chosen, record))
         outcome = run_ab(*arms, settings, on_block=_progress, log_dir=log_dir)
         if run_json is not None:
@@ -232,7 +279,7 @@ def _calibrate(fixture: str, metrics: tuple[str, ...], *, slowdown: float, budge
                    f"{verdict}", err=True)
 
     chosen = metrics or tuple(CALIBRATING_KINDS)
-    model = modelgen.ensure_fixtures().model(fixture)
+    model = modelgen.fixture_model(fixture)
     click.echo(f"calibrating the A/B designs on this runner: {', '.join(chosen)} made "
                f"{slowdown:.0%} worse, {fixture} fixture "
                f"(record: {validation_path(cache_root())})", err=True)

@@ -38,6 +38,7 @@ __all__ = [
     "FixtureSet",
     "ensure_fixtures",
     "ensure_large_fixture",
+    "fixture_model",
     "fixture_spec_dir",
     "large_fixture_folder",
     "read_recorded_hashes",
@@ -130,6 +131,18 @@ def ensure_large_fixture(name: str = LARGE_FIXTURE, cache: Path | None = None) -
             write_model(specs[name], partial)
             partial.replace(target)
     return target
+
+
+def fixture_model(name: str) -> Path:
+    """The model file of fixture ``name``: one of the fixture set, or a large fixture
+    (written on demand by :func:`ensure_large_fixture`). The error names both lists."""
+    large = spec_names(LARGE_SUBDIR)
+    if name in large:
+        return ensure_large_fixture(name)
+    try:
+        return ensure_fixtures().model(name)
+    except UnknownFixtureError as exc:
+        raise UnknownFixtureError(f"{exc}; large fixtures: {', '.join(large)}") from None
 
 
 def large_fixture_folder(name: str, cache: Path | None = None) -> Path:

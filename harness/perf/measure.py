@@ -47,6 +47,8 @@ class SpeedSample:
     ttft_ms: float | None
     prompt_tps: float | None
     decode_tps: float | None
+    #: Each counted completion's decode speed, in the order run (the median's inputs).
+    decode_each: tuple[float, ...] = ()
 
 
 def prompt_ids(n_tokens: int) -> list[int]:
@@ -57,7 +59,7 @@ def prompt_ids(n_tokens: int) -> list[int]:
 def measure_speed(base_url: str, n_prompt: int, n_gen: int, repetitions: int,
                   timeout_s: float = REQUEST_TIMEOUT_S, *,
                   budget_s: float | None = None,
-                  first_token_prompt: int | None = None) -> SpeedSample:
+                  first_token_prompt: int | None = None, warmup: int = 0) -> SpeedSample:
     """Streamed completions for time to first token, then ``repetitions`` timed ones.
 
     Each speed is the median over the repetitions (one slow outlier does not move it).
@@ -67,6 +69,8 @@ def measure_speed(base_url: str, n_prompt: int, n_gen: int, repetitions: int,
     KV cells stay in the slot it used, and the slots share one cache whose used span a
     later decode step may attend over. (Ordered so by that reasoning: on the noisy host
     it was tried on, A/A decode intervals were as wide either way.)
+    ``warmup`` more completions run before the timed ones and are not counted
+    (``harness ab`` sizes it from a probe start: harness/ab/sampling.py).
     Each request waits ``timeout_s`` at most, and all of them together ``budget_s``
     (default ``MEASURE_BUDGET_S``); ServerApiError when either runs out or a request fails.
     """
@@ -80,10 +84,12 @@ def measure_speed(base_url: str, n_prompt: int, n_gen: int, repetitions: int,
     prompt_speeds: list[float] = []
     decode_speeds: list[float] = []
     prompt = prompt_ids(n_prompt)
-    for _ in range(repetitions):
+    for repetition in range(warmup + repetitions):
         with budget.spending(timeout_s) as allowed, ServerClient(
                 base_url, timeout_s=allowed, http=http) as client:
             done = client.completion(prompt, n_predict=n_gen, ignore_eos=True)
+        if repetition < warmup:
+            continue
         timings = done.raw.get("timings") or {}
         if timings.get("prompt_per_second"):
             prompt_speeds.append(float(timings["prompt_per_second"]))
@@ -95,6 +101,7 @@ def measure_speed(base_url: str, n_prompt: int, n_gen: int, repetitions: int,
         ttft_ms=statistics.median(firsts) if firsts else None,
         prompt_tps=statistics.median(prompt_speeds) if prompt_speeds else None,
         decode_tps=statistics.median(decode_speeds) if decode_speeds else None,
+        decode_each=tuple(decode_speeds),
     )
 
 

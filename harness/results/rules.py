@@ -65,3 +65,10 @@ AB_BLOCK_SIZE = 4
 # is not settled yet). The library rule's default is none (bisect and tune keep their
 # own budgets); the command's is this.
 AB_EXTEND_S = 180.0
+# ``harness ab``'s sampling (docs/ab.md, "More signal per second"); the library's
+# AbSettings keeps the plain measurement (64 tokens, no warm-up, no pinned client, no
+# covariate) for bisect and tune. None: sized by the probe start (harness/ab/sampling.py).
+AB_GEN_TOKENS: int | None = None
+AB_WARMUP: int | None = None
+AB_PIN_CLIENT = True
+AB_COVARIATE = "slot"
