@@ -148,9 +148,9 @@ def _attribution(pairs: dict[str, list[tuple[float, float]]], rule: AbRule,
     for metric, metric_pairs in pairs.items():
         baseline = [b for b, _ in metric_pairs]
         candidate = [c for _, c in metric_pairs]
-        covariate = slots.get(metric) if slots is not None else None
+        column = slots.get(metric) if slots is not None else None
         found[metric] = decide_metric(metric, baseline, candidate, rule,
-                                      covariate).verdict.value
+                                      [column] if column else None).verdict.value
     return found
 
 

@@ -3,13 +3,18 @@
     .venv/bin/python benchmarks/ab_signal.py [--configs all] [--rounds 3] [--round-s 60]
         [--log ab-signal.jsonl] [--deadline-s S] [--report-only]
 
-Each configuration compares the pinned build with itself (sequential design, the
+Each configuration compares the pinned build with itself (sequential design unless it
+says otherwise, the
 decode_tps metric, a rule that never decides so every round runs its whole budget), and
 the figure of merit is what a gate pays for a decision: the seconds its pairs need for
-the 95 % interval of the ratio to narrow to ±1.5 % (half a 3 % threshold), from the
-spread of the pairs' log ratios ``sd`` and the seconds per pair ``spp``:
-``spp * (1.96 * sd / ln(1.015))^2``, plus the probe start where one sizes the sampling.
-The gain of a technique is the plain configuration's seconds over its own.
+the 95 % interval of the ratio to narrow to ±1.5 % (half a 3 % threshold). The gate's
+own interval (Hodges-Lehmann, signed-rank) is taken on all the configuration's pairs,
+each round's centred on its own median, and scaled as 1/sqrt(pairs):
+``spp * n * (half-width / ln(1.015))^2`` for ``n`` pairs at ``spp`` seconds a pair,
+plus the probe start where one sizes the sampling. The gain of a technique is the plain
+configuration's seconds over its own. The pairs' standard deviation is printed beside it
+(with its 95 % interval, which says how far to trust a gain): the interval is robust to
+an outlier pair, the standard deviation is not.
 
 Configurations (harness/ab/sampling.py, covariate.py, pinning.py):
 
@@ -19,9 +24,14 @@ Configurations (harness/ab/sampling.py, covariate.py, pinning.py):
 - ``tokens``: decode tokens sized to the noise by the probe;
 - ``warmup``: warm-up completions cut by measurement (MSER on the probe);
 - ``pinned``: the client pinned to the other half of the cores;
-- ``large``: the bench-large fixture (about 300 MiB), otherwise plain;
-- ``default``: ``harness ab``'s defaults (all of the above but the fixture), and
-  ``default-raw``, the same pairs without the covariate.
+- ``large``: the bench-large fixture (about 300 MiB), 16 decode tokens x 3 completions;
+- ``alternating``: the alternating design (harness/ab/design.py): both servers of a pair
+  resident on one half of the cores, their requests in turns;
+- ``machine``: the machine's speed read around each start (harness/ab/machine_speed.py),
+  its pairs judged raw (``machine-raw``), by the machine covariate, and by slot and
+  machine together;
+- ``default``: ``harness ab``'s defaults, and ``default-raw``, the same pairs without
+  the covariate.
 
 Configurations go round robin, one round (``--round-s`` of measuring) each in turn, so
 drift of the machine lands on all of them alike; every round is appended to ``--log``
@@ -41,11 +51,19 @@ from pathlib import Path
 from typing import Any
 
 from harness import modelgen
-from harness.ab.covariate import NO_COVARIATE, SLOT_COVARIATE, adjust, slot_of
+from harness.ab.covariate import (
+    BOTH_COVARIATES,
+    MACHINE_COVARIATE,
+    NO_COVARIATE,
+    SLOT_COVARIATE,
+    adjust,
+    slot_of,
+)
 from harness.ab.decision import AbRule
-from harness.ab.design import SEQUENTIAL
+from harness.ab.design import ALTERNATING, SEQUENTIAL
 from harness.ab.report import outcome_json
 from harness.ab.runner import AbSettings, Arm, run_ab
+from harness.ab.stats import log_ratio_interval
 from harness.builds.resolve import ensure_build
 from harness.paths import cache_root
 from harness.planning.build_plan import BuildRequest
@@ -54,7 +72,6 @@ from harness.results.rules import AB_COVARIATE, AB_GEN_TOKENS, AB_PIN_CLIENT, AB
 METRIC = "decode_tps"
 #: The interval half-width a decision needs: half of the 3 % threshold.
 TARGET_HALF_WIDTH = math.log(1.015)
-Z95 = 1.959964
 
 
 @dataclass(frozen=True)
@@ -62,20 +79,28 @@ class Config:
     name: str
     fixture: str = "bench"
     overrides: dict[str, Any] = field(default_factory=dict)
-    #: Also judge this configuration's pairs with (True) / without (False) the slot
-    #: covariate, under the name given.
-    also: tuple[str, bool] | None = None
+    #: Rows judged on this configuration's pairs: the row's name and the covariate it
+    #: adjusts them by (harness/ab/covariate.py COVARIATES).
+    rows: tuple[tuple[str, str], ...] = ()
 
 
 CONFIGS = {c.name: c for c in (
-    Config("plain", also=("plain+slot", True)),
+    Config("plain", rows=(("plain", NO_COVARIATE), ("plain+slot", SLOT_COVARIATE))),
     Config("tokens", overrides={"n_gen": None}),
     Config("warmup", overrides={"warmup": None}),
     Config("pinned", overrides={"pin_client": True}),
-    Config("large", fixture=modelgen.LARGE_FIXTURE),
+    # A token of bench-large takes about 30 ms on one core here: 16 tokens x 3 keep a
+    # start near the plain one's seconds.
+    Config("large", fixture=modelgen.LARGE_FIXTURE,
+           overrides={"n_gen": 16, "repetitions": 3}),
+    Config("alternating", overrides={"design": ALTERNATING},
+           rows=(("alternating", NO_COVARIATE), ("alternating+slot", SLOT_COVARIATE))),
+    Config("machine", overrides={"covariate": BOTH_COVARIATES},
+           rows=(("machine-raw", NO_COVARIATE), ("machine", MACHINE_COVARIATE),
+                 ("slot+machine", BOTH_COVARIATES))),
     Config("default", overrides={"n_gen": AB_GEN_TOKENS, "warmup": AB_WARMUP,
                                  "pin_client": AB_PIN_CLIENT, "covariate": AB_COVARIATE},
-           also=("default-raw", False)),
+           rows=(("default", AB_COVARIATE), ("default-raw", NO_COVARIATE))),
 )}
 
 
@@ -108,9 +133,11 @@ def _round(config: Config, arm: Arm, round_s: float) -> dict[str, Any]:
         if {"baseline", "candidate"} <= set(arms):
             base, cand = arms["baseline"], arms["candidate"]
             slot = slot_of(base["sequence"], cand["sequence"], base["half"], cand["half"])
+            machine = (math.log(cand["machine"]) - math.log(base["machine"])
+                       if base.get("machine") and cand.get("machine") else None)
             pairs.append((base["values"][METRIC], cand["values"][METRIC], slot,
-                          base["at_s"]))
-    first_pair_at = min((p[3] for p in pairs), default=0.0)
+                          base["at_s"], machine))
+    first_pair_at = min((s["at_s"] for s in body["samples"]), default=0.0)
     return {"config": config.name, "pairs": pairs, "elapsed_s": time.monotonic() - started,
             "probe_s": first_pair_at, "n_gen": body["n_gen"], "warmup": body["warmup"]}
 
@@ -127,32 +154,53 @@ class Figures:
     n_gen: str
     warmup: str
 
+    #: Half the width of the gate's 95 % interval on all the pairs, in log ratio.
+    half_width: float
+
     @property
     def decision_s(self) -> float:
-        return self.probe_s + self.seconds_per_pair * (Z95 * self.sd / TARGET_HALF_WIDTH) ** 2
+        return self.probe_s + self.seconds_per_pair * self.pairs * (
+            self.half_width / TARGET_HALF_WIDTH) ** 2
 
 
-def _figures(rounds: list[dict[str, Any]], covariate: bool) -> Figures | None:
+def _columns(pairs: list[list[Any]], covariate: str) -> list[list[float]] | None:
+    """The covariate columns of a round's logged pairs (slot, machine), as the gate's."""
+    columns = []
+    if covariate in (SLOT_COVARIATE, BOTH_COVARIATES):
+        columns.append([float(p[2]) for p in pairs])
+    if covariate in (MACHINE_COVARIATE, BOTH_COVARIATES):
+        if any(len(p) < 5 or p[4] is None for p in pairs):
+            return None
+        columns.append([float(p[4]) for p in pairs])
+    return columns
+
+
+def _figures(rounds: list[dict[str, Any]], covariate: str) -> Figures | None:
     # Each round's own covariate adjustment: theta is fitted per comparison, as the gate does.
     logs: list[float] = []
     for entry in rounds:
-        diffs = [math.log(c) - math.log(b) for b, c, _, _ in entry["pairs"]]
-        if covariate:
-            diffs = list(adjust(diffs, [s for _, _, s, _ in entry["pairs"]]).log_ratios)
+        diffs = [math.log(p[1]) - math.log(p[0]) for p in entry["pairs"]]
+        columns = _columns(entry["pairs"], covariate)
+        if columns is None:
+            return None
+        if columns:
+            diffs = list(adjust(diffs, columns).log_ratios)
         # Centred per round: a round's own offset is not spread within a comparison.
         if len(diffs) >= 2:
-            centre = statistics.fmean(diffs)
+            centre = statistics.median(diffs)
             logs += [d - centre for d in diffs]
     n = len(logs)
-    if n < 3:
+    interval = log_ratio_interval(logs) if n >= 3 else None
+    if interval is None:
         return None
     dof = n - len(rounds)
     sd = math.sqrt(sum(d * d for d in logs) / max(1, dof))
-    spread = Z95 / math.sqrt(2 * max(1, dof))
+    spread = 1.959964 / math.sqrt(2 * max(1, dof))
     pair_s = sum(e["elapsed_s"] - e["probe_s"] for e in rounds) / n
     return Figures(pairs=n, seconds_per_pair=pair_s,
                    probe_s=statistics.fmean(e["probe_s"] for e in rounds),
                    sd=sd, sd_low=sd / (1 + spread), sd_high=sd / max(1e-9, 1 - spread),
+                   half_width=(math.log(interval.high) - math.log(interval.low)) / 2,
                    n_gen="/".join(sorted({str(e["n_gen"]) for e in rounds})),
                    warmup="/".join(sorted({str(e["warmup"]) for e in rounds})))
 
@@ -161,15 +209,12 @@ def report(entries: list[dict[str, Any]]) -> None:
     rows: list[tuple[str, Figures]] = []
     for config in CONFIGS.values():
         rounds = [e for e in entries if e["config"] == config.name]
-        own = config.overrides.get("covariate", NO_COVARIATE) == SLOT_COVARIATE
-        figures = _figures(rounds, own)
-        if figures is not None:
-            rows.append((config.name, figures))
-        if config.also is not None:
-            name, with_slot = config.also
-            other = _figures(rounds, with_slot)
-            if other is not None:
-                rows.append((name, other))
+        judged = config.rows or ((config.name,
+                                  config.overrides.get("covariate", NO_COVARIATE)),)
+        for name, covariate in judged:
+            figures = _figures(rounds, covariate)
+            if figures is not None:
+                rows.append((name, figures))
     plain = next((f for n, f in rows if n == "plain"), None)
     print(f"{'config':12} {'pairs':>5} {'s/pair':>6} {'probe s':>7} {'tokens':>7} "
           f"{'warm-up':>7} {'sd %':>6} {'sd 95% CI':>13} {'s to ±1.5%':>10} {'gain':>5}")

@@ -87,7 +87,7 @@ def test_the_same_build_twice_is_not_a_regression(harness_build: BuildUnderTest)
     assert "block 1:" in result.stderr  # progress after each block
     # harness ab's sampling defaults: a probe sized the decode and the warm-up, the pairs'
     # slots adjust the interval, the client ran off the servers' cores.
-    assert body["n_gen"] in {64, 128, 256, 512, 1024}
+    assert body["n_gen"] == 64  # AB_GEN_TOKENS: not sized by default (docs/ab.md)
     assert 0 <= body["warmup"] <= 6
     assert (body["covariate"], body["pin_client"]) == ("slot", True)
 

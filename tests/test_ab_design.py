@@ -18,6 +18,7 @@ from results_fixtures import make_run
 from harness.ab.allure_result import write_allure_result
 from harness.ab.decision import AbRule, AbVerdict, decide_metric
 from harness.ab.design import (
+    ALTERNATING,
     BASELINE,
     CANDIDATE,
     DUET,
@@ -62,6 +63,26 @@ def test_duet_blocks_give_the_arms_opposite_halves_by_a_coin() -> None:
         assert baseline_half is not None
         halves[baseline_half] += 1
     assert 30 < halves[0] < 70
+
+
+def test_alternating_blocks_keep_a_pair_on_one_half_together_in_a_flipped_order() -> None:
+    rng = random.Random(3)
+    firsts: Counter[str] = Counter()
+    halves: Counter[int | None] = Counter()
+    for number in range(40):
+        block = plan_block(ALTERNATING, number, rng)
+        assert block.coresident
+        assert not block.together
+        assert len(block.slots) == 4
+        for pair in (2 * number, 2 * number + 1):
+            first, second = (slot for slot in block.slots if slot.pair == pair)
+            assert {first.arm, second.arm} == {BASELINE, CANDIDATE}
+            assert first.half == second.half
+            firsts[first.arm] += 1
+            halves[first.half] += 1
+    # Both coins land both ways.
+    assert set(firsts) == {BASELINE, CANDIDATE}
+    assert set(halves) == {0, 1}
 
 
 def test_a_longer_interleaved_block_is_several_quartets_numbered_on() -> None:

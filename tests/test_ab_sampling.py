@@ -4,16 +4,28 @@ slot covariate (harness/ab/sampling.py, harness/ab/covariate.py; pure)."""
 from __future__ import annotations
 
 import math
+import os
 import random
 import statistics
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness.ab.covariate import MIN_ADJUSTED_PAIRS, SLOT_COVARIATE, adjust, slot_covariate
+from harness.ab.covariate import (
+    BOTH_COVARIATES,
+    MACHINE_COVARIATE,
+    MIN_ADJUSTED_PAIRS,
+    SLOT_COVARIATE,
+    adjust,
+    covariates_for,
+    machine_covariate,
+    slot_covariate,
+)
 from harness.ab.decision import AbRule, decide_metric
-from harness.ab.design import BASELINE, CANDIDATE, SEQUENTIAL, Sample
+from harness.ab.design import BASELINE, CANDIDATE, DUET, SEQUENTIAL, Sample
+from harness.ab.machine_speed import machine_speed
 from harness.ab.report import outcome_json, table
 from harness.ab.runner import PROBE, AbSettings, Arm, Measured, run_ab
 from harness.ab.sampling import (
@@ -27,7 +39,9 @@ from harness.ab.sampling import (
     warmup_length,
 )
 from harness.ab.stats import paired_ratio_interval
+from harness.errors import ConfigError
 from harness.perf.keys import DEFAULT_GEN_TOKENS, DEFAULT_REPETITIONS
+from harness.perf.measure import measure_speeds
 
 
 def test_a_series_without_warm_up_keeps_every_value() -> None:
@@ -123,7 +137,7 @@ def test_the_covariate_takes_out_an_order_effect_and_keeps_the_change() -> None:
     slots = [rng.choice((1.0, -1.0)) for _ in range(40)]
     # A real 5 % slowdown, plus 4 % for whichever start ran second, plus small noise.
     logs = [math.log(0.95) - 0.04 * s + rng.gauss(0, 0.005) for s in slots]
-    done = adjust(logs, slots)
+    done = adjust(logs, [slots])
     assert done.variance_share < 0.1
     assert done.theta == pytest.approx(-0.04, abs=0.01)
     assert statistics.fmean(done.log_ratios) == pytest.approx(statistics.fmean(logs))
@@ -133,11 +147,11 @@ def test_the_covariate_takes_out_an_order_effect_and_keeps_the_change() -> None:
 def test_few_pairs_or_a_flat_covariate_are_left_as_they_are() -> None:
     logs = [0.01 * i for i in range(MIN_ADJUSTED_PAIRS - 1)]
     alternating = [(-1.0) ** i for i in range(len(logs))]
-    assert adjust(logs, alternating).log_ratios == tuple(logs)
+    assert adjust(logs, [alternating]).log_ratios == tuple(logs)
     many = [0.01 * i for i in range(20)]
-    assert adjust(many, [1.0] * 20).variance_share == 1.0
+    assert adjust(many, [[1.0] * 20]).variance_share == 1.0
     with pytest.raises(ValueError, match="one value per pair"):
-        adjust(many, [1.0])
+        adjust(many, [[1.0]])
 
 
 def test_an_adjusted_decision_narrows_the_interval_and_says_by_how_much() -> None:
@@ -147,7 +161,7 @@ def test_an_adjusted_decision_narrows_the_interval_and_says_by_how_much() -> Non
     candidate = [b * 0.95 * math.exp(-0.05 * s) for b, s in zip(baseline, slots, strict=True)]
     rule = AbRule()
     raw = decide_metric("decode_tps", baseline, candidate, rule)
-    adjusted = decide_metric("decode_tps", baseline, candidate, rule, covariate=slots)
+    adjusted = decide_metric("decode_tps", baseline, candidate, rule, covariates=[slots])
     assert raw.variance_share is None
     assert adjusted.variance_share is not None
     assert adjusted.variance_share < 0.2
@@ -203,3 +217,94 @@ def test_the_probe_sizes_every_start_and_the_client_leaves_the_servers_cores(
         (outcome.settings.n_gen, 2, True, SLOT_COVARIATE)
     assert f"decode {outcome.settings.n_gen} tokens x 5 completions after 2 warm-up" \
         in table(outcome)
+
+
+def test_two_covariates_are_fitted_together() -> None:
+    """The machine's speed explains a drift the slot does not: fitted together, both come
+    out, each with its own coefficient, and the real change stays."""
+    rng = random.Random(7)
+    slots = [rng.choice((1.0, -1.0)) for _ in range(40)]
+    machine = [rng.gauss(0, 0.05) for _ in slots]
+    logs = [math.log(0.95) + 0.03 * s + 0.8 * m + rng.gauss(0, 0.002)
+            for s, m in zip(slots, machine, strict=True)]
+    both = adjust(logs, [slots, machine])
+    assert both.variance_share < 0.05
+    assert both.theta == pytest.approx(0.03, abs=0.005)
+    assert adjust(logs, [slots]).variance_share > 0.3  # the slot alone leaves the drift
+    assert math.exp(statistics.median(both.log_ratios)) == pytest.approx(0.95, abs=0.005)
+    # A column that repeats another adds nothing and breaks nothing.
+    assert adjust(logs, [machine, machine]).variance_share == pytest.approx(
+        adjust(logs, [machine]).variance_share)
+
+
+def test_the_machine_speed_is_read_on_the_cores_asked_and_leaves_the_thread_as_it_was(
+) -> None:
+    before = os.sched_getaffinity(0)
+    speed = machine_speed({min(before)})
+    assert speed > 1e5  # iterations a second: a 200k-iteration loop takes well under 2 s
+    assert os.sched_getaffinity(0) == before
+
+
+def test_the_machine_covariate_is_refused_with_duet(tmp_path: Path) -> None:
+    arms = (Arm("baseline", binary=Path("/bin/true")), Arm("candidate", binary=Path("/bin/true")))
+    settings = AbSettings(model=tmp_path / "m.gguf", fixture="bench", design=DUET,
+                          metrics=("decode_tps",), covariate=MACHINE_COVARIATE)
+    with pytest.raises(ConfigError, match="--covariate slot with duet"):
+        run_ab(*arms, settings, log_dir=tmp_path / "logs")
+
+
+def test_the_machine_covariate_pairs_the_readings_and_needs_every_one() -> None:
+    samples = [_sample(CANDIDATE, 0, 0, 1.0), _sample(BASELINE, 0, 1, 1.0)]
+    samples = [replace(samples[0], machine=110.0), replace(samples[1], machine=100.0)]
+    assert machine_covariate(samples, "decode_tps") == pytest.approx([math.log(1.1)])
+    both = covariates_for(BOTH_COVARIATES, samples, "decode_tps")
+    assert both is not None
+    assert both[0] == [1.0]
+    assert both[1] == pytest.approx([math.log(1.1)])
+    unread = [replace(samples[0], machine=None), samples[1]]
+    assert machine_covariate(unread, "decode_tps") is None
+    assert covariates_for(MACHINE_COVARIATE, unread, "decode_tps") is None
+    assert covariates_for("none", samples, "decode_tps") is None
+
+
+def test_alternating_servers_take_their_requests_in_turns_abba(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """harness.perf.measure.measure_speeds sends each request to every server in turn, the
+    order reversed each round, so neither server is always second (scripted client: the
+    order is the thing under test, not a server)."""
+    asked: list[str] = []
+
+    class Done:
+        tokens_predicted = 8
+
+        def __init__(self, url: str) -> None:
+            speed = 100.0 if url.endswith("a") else 90.0
+            self.raw = {"timings": {"prompt_per_second": speed, "predicted_per_second": speed}}
+
+    class Client:
+        def __init__(self, url: str, **_: Any) -> None:
+            self.url = url
+
+        def __enter__(self) -> Client:
+            return self
+
+        def __exit__(self, *_: object) -> None:
+            return None
+
+        def completion(self, *_: Any, **__: Any) -> Done:
+            asked.append(self.url)
+            return Done(self.url)
+
+    def first_token(_http: object, url: str, _prompt: object, _timeout: float) -> float:
+        asked.append(f"first {url}")
+        return 10.0
+
+    monkeypatch.setattr("harness.perf.measure.ServerClient", Client)
+    monkeypatch.setattr("harness.perf.measure._time_to_first_token", first_token)
+    a, b = measure_speeds(["http://a", "http://b"], 4, 8, 3, warmup=1)
+    assert asked == ["first http://a", "first http://b", "first http://b", "first http://a",
+                     "first http://a", "first http://b",
+                     "http://a", "http://b", "http://b", "http://a", "http://a", "http://b",
+                     "http://b", "http://a"]
+    assert (a.decode_tps, b.decode_tps) == (100.0, 90.0)
+    assert len(a.decode_each) == len(b.decode_each) == 3  # the warm-up round not counted

@@ -5,27 +5,37 @@ predicts, ``y - theta * (x - mean(x))`` with ``theta = cov(x, y) / var(x)``; whe
 covariate cannot depend on the treatment its mean effect is untouched and the variance
 shrinks by the share of it the covariate explains (``corr(x, y)^2``).
 
-The covariate here is the pair's slot, fixed by the design's coin flips before the pair
-runs: +1 when the candidate ran first (sequential, interleaved) or got the first half
-of the cores (duet), -1 otherwise. Whatever favours the first start of a pair (a page
+Two covariates, alone or together (an ordinary least-squares fit of both). The first is
+the pair's slot, fixed by the design's coin flips before the pair runs: +1 when the
+candidate ran first (sequential, interleaved) or got the first half of the cores (duet),
+-1 otherwise. Whatever favours the first start of a pair (a page
 cache the first one warmed, a frequency boost that fades) or one half of the cores
 (interrupts land on core 0) then stops widening the interval: the coin already keeps
 it from biasing the ratio, the covariate takes it out of the spread too. A build cannot
 move its slot, so the adjustment cannot move a real change.
+
+The second is the machine's own speed around each start: the log ratio of a fixed loop's
+speed this process ran on the candidate's cores and on the baseline's
+(harness/ab/machine_speed.py). Where the VM's speed moves between a pair's two starts,
+both the loop and the server see it; the build cannot move the loop.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.ab.design import BASELINE, CANDIDATE, Sample
 
-#: ``--covariate`` values: none, or the pair's slot.
+#: ``--covariate`` values: none, the pair's slot, the machine's speed around each start
+#: (harness/ab/machine_speed.py), or both.
 NO_COVARIATE = "none"
 SLOT_COVARIATE = "slot"
-COVARIATES = (NO_COVARIATE, SLOT_COVARIATE)
+MACHINE_COVARIATE = "machine"
+BOTH_COVARIATES = "slot+machine"
+COVARIATES = (NO_COVARIATE, SLOT_COVARIATE, MACHINE_COVARIATE, BOTH_COVARIATES)
 #: Fewer pairs than this are left unadjusted: theta from a handful of pairs adds more
 #: noise than it takes out.
 MIN_ADJUSTED_PAIRS = 8
@@ -69,23 +79,90 @@ def slot_of(baseline_sequence: int, candidate_sequence: int, baseline_half: int 
     return 1.0 if candidate_sequence < baseline_sequence else -1.0
 
 
-def adjust(log_ratios: Sequence[float], covariate: Sequence[float]) -> Adjusted:
-    """``log_ratios`` less the part ``covariate`` explains (CUPED). Left as they are with
-    fewer than :data:`MIN_ADJUSTED_PAIRS` pairs, or a covariate that does not vary."""
-    if len(log_ratios) != len(covariate):
-        raise ValueError(f"a covariate needs one value per pair: {len(covariate)} for "
-                         f"{len(log_ratios)} pairs")
+def machine_covariate(samples: Sequence[Sample], metric: str) -> list[float] | None:
+    """Each complete pair's log ratio of the machine's speed (candidate over baseline), as
+    :func:`slot_covariate` orders them; None where a start has no reading."""
+    by_pair: dict[int, dict[str, Sample]] = {}
+    for sample in samples:
+        if metric in sample.values:
+            by_pair.setdefault(sample.pair, {})[sample.arm] = sample
+    ratios = []
+    for pair in sorted(by_pair):
+        arms = by_pair[pair]
+        if BASELINE not in arms or CANDIDATE not in arms:
+            continue
+        base, cand = arms[BASELINE].machine, arms[CANDIDATE].machine
+        if base is None or cand is None or base <= 0 or cand <= 0:
+            return None
+        ratios.append(math.log(cand) - math.log(base))
+    return ratios
+
+
+def covariates_for(name: str, samples: Sequence[Sample],
+                   metric: str) -> list[list[float]] | None:
+    """The covariate columns ``--covariate name`` adjusts ``metric``'s pairs by (None:
+    none, or the machine's speed was not read)."""
+    columns = []
+    if name in (SLOT_COVARIATE, BOTH_COVARIATES):
+        columns.append(slot_covariate(samples, metric))
+    if name in (MACHINE_COVARIATE, BOTH_COVARIATES):
+        machine = machine_covariate(samples, metric)
+        if machine is None:
+            return None
+        columns.append(machine)
+    return columns or None
+
+
+def adjust(log_ratios: Sequence[float], columns: Sequence[Sequence[float]]) -> Adjusted:
+    """``log_ratios`` less the part the covariate ``columns`` (each one value per pair)
+    explain (CUPED, least squares). Left as they are with fewer than
+    :data:`MIN_ADJUSTED_PAIRS` pairs, or covariates that do not vary. ``theta`` is the
+    first column's coefficient."""
+    for column in columns:
+        if len(column) != len(log_ratios):
+            raise ValueError(f"a covariate needs one value per pair: {len(column)} for "
+                             f"{len(log_ratios)} pairs")
     raw = tuple(log_ratios)
-    if len(raw) < MIN_ADJUSTED_PAIRS:
+    if len(raw) < MIN_ADJUSTED_PAIRS or not columns:
         return Adjusted(raw, 0.0, 1.0)
-    x_mean, y_mean = statistics.fmean(covariate), statistics.fmean(raw)
-    var_x = sum((x - x_mean) ** 2 for x in covariate)
+    y_mean = statistics.fmean(raw)
     var_y = sum((y - y_mean) ** 2 for y in raw)
-    if var_x == 0 or var_y == 0:
+    centred = [[x - statistics.fmean(column) for x in column] for column in columns]
+    # Columns that do not vary explain nothing (and would make the fit singular).
+    centred = [column for column in centred if any(column)]
+    if var_y == 0 or not centred:
         return Adjusted(raw, 0.0, 1.0)
-    theta = sum((x - x_mean) * (y - y_mean)
-                for x, y in zip(covariate, raw, strict=True)) / var_x
-    adjusted = tuple(y - theta * (x - x_mean) for x, y in zip(covariate, raw, strict=True))
+    thetas = _least_squares(centred, [y - y_mean for y in raw])
+    adjusted = tuple(y - sum(t * column[i] for t, column in zip(thetas, centred, strict=True))
+                     for i, y in enumerate(raw))
     a_mean = statistics.fmean(adjusted)
     share = sum((a - a_mean) ** 2 for a in adjusted) / var_y
-    return Adjusted(adjusted, theta, share)
+    return Adjusted(adjusted, thetas[0], share)
+
+
+def _least_squares(columns: list[list[float]], target: list[float]) -> list[float]:
+    """The coefficients of centred ``columns`` best predicting ``target``: the normal
+    equations, solved by Gaussian elimination (one or two columns here). A column the
+    others already explain gets 0."""
+    k = len(columns)
+    gram = [[sum(a * b for a, b in zip(columns[i], columns[j], strict=True))
+             for j in range(k)] for i in range(k)]
+    rhs = [sum(a * y for a, y in zip(columns[i], target, strict=True)) for i in range(k)]
+    for col in range(k):
+        pivot = gram[col][col]
+        if abs(pivot) < 1e-12:
+            gram[col] = [0.0] * k
+            rhs[col] = 0.0
+            continue
+        for row in range(col + 1, k):
+            factor = gram[row][col] / pivot
+            gram[row] = [a - factor * b for a, b in zip(gram[row], gram[col], strict=True)]
+            rhs[row] -= factor * rhs[col]
+    thetas = [0.0] * k
+    for row in range(k - 1, -1, -1):
+        pivot = gram[row][row]
+        if abs(pivot) < 1e-12:
+            continue
+        thetas[row] = (rhs[row] - sum(gram[row][j] * thetas[j]
+                                      for j in range(row + 1, k))) / pivot
+    return thetas

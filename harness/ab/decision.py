@@ -183,11 +183,13 @@ class MetricDecision:
 
 
 def decide_metric(metric: str, baseline: Sequence[float], candidate: Sequence[float],
-                  rule: AbRule, covariate: Sequence[float] | None = None) -> MetricDecision:
+                  rule: AbRule,
+                  covariates: Sequence[Sequence[float]] | None = None) -> MetricDecision:
     """Judge ``metric`` from paired samples (baseline[i] and candidate[i] one pair).
 
-    ``covariate``: one value per pair known before it ran (harness/ab/covariate.py);
-    the interval is then taken on the log ratios with its share taken out.
+    ``covariates``: columns of one value per pair that the build cannot move
+    (harness/ab/covariate.py); the interval is then taken on the log ratios with their
+    share taken out.
 
     Raises HarnessError for a metric METRICS lacks, or a sample that cannot enter a
     ratio (not finite, or not above 0), naming the metric and the sample.
@@ -195,7 +197,7 @@ def decide_metric(metric: str, baseline: Sequence[float], candidate: Sequence[fl
     direction = metric_direction(metric, "A/B")
     try:
         judged = _judge(baseline, candidate, direction, rule, METRICS[metric].min_change,
-                        covariate=covariate)
+                        covariates=covariates)
     except ValueError as err:
         raise HarnessError(f"A/B metric {metric}: {err}") from err
     verdict, reason = judged.verdict, None
@@ -275,14 +277,14 @@ class _Judged:
 
 def _judge(baseline: Sequence[float], candidate: Sequence[float], direction: Direction,
            rule: AbRule, min_change: float, *,
-           covariate: Sequence[float] | None = None) -> _Judged:
+           covariates: Sequence[Sequence[float]] | None = None) -> _Judged:
     """The one path from pairs to a verdict, for the gate and for the resampled rate."""
     interval = paired_ratio_interval(baseline, candidate, rule.confidence)
     share = None
-    if covariate is not None and interval is not None:
+    if covariates and interval is not None:
         # paired_ratio_interval has checked every sample is finite and above 0.
         adjusted = adjust([math.log(c) - math.log(b)
-                           for b, c in zip(baseline, candidate, strict=True)], covariate)
+                           for b, c in zip(baseline, candidate, strict=True)], covariates)
         interval, share = log_ratio_interval(adjusted.log_ratios, rule.confidence), \
             adjusted.variance_share
     median = statistics.median(baseline) if baseline else None

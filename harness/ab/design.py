@@ -19,6 +19,14 @@ cancels in the pair's ratio instead of landing on one arm:
   whatever the halves share (caches, memory bandwidth, one GPU), which can compress a
   real change: a duet verdict is trusted only where a calibration on the runner showed
   it keeps effect sizes (harness/ab/validation.py).
+- ``alternating``: both arms' servers started together on the same half of the cores
+  (a coin picks it), their timed requests alternating one by one, ABBA..., the first
+  arm by a coin flip; only one server works at a time. Where the machine's speed moves
+  from second to second (a 2-core VM: 8-14 % between a sequential pair's two starts),
+  each completion of one arm has one of the other within a fraction of a second. The
+  idle server's memory stays resident beside the working one, and their model loads
+  share the half: trusted, like duet, only where a calibration showed it keeps effect
+  sizes.
 """
 
 from __future__ import annotations
@@ -34,9 +42,10 @@ CANDIDATE = "candidate"
 SEQUENTIAL = "sequential"
 INTERLEAVED = "interleaved"
 DUET = "duet"
-DESIGNS = (SEQUENTIAL, INTERLEAVED, DUET)
+ALTERNATING = "alternating"
+DESIGNS = (SEQUENTIAL, INTERLEAVED, DUET, ALTERNATING)
 #: The designs that pin each start to half of the cores (and so need host processes).
-HALVED = (SEQUENTIAL, DUET)
+HALVED = (SEQUENTIAL, DUET, ALTERNATING)
 
 _ORDERS = {"ABBA": (BASELINE, CANDIDATE, CANDIDATE, BASELINE),
            "BAAB": (CANDIDATE, BASELINE, BASELINE, CANDIDATE)}
@@ -63,6 +72,9 @@ class Block:
     slots: tuple[Slot, ...]
     #: Duet: a pair's two starts run at once, on opposite halves.
     together: bool = False
+    #: Alternating: a pair's two servers run at once on one half, measured in turns
+    #: (the slot first in the block, first in each turn).
+    coresident: bool = False
 
 
 def plan_block(design: str, number: int, rng: random.Random, starts: int = 4) -> Block:
@@ -71,7 +83,8 @@ def plan_block(design: str, number: int, rng: random.Random, starts: int = 4) ->
     Interleaved: ``starts // 4`` quartets, each ABBA or BAAB by its own coin flip.
     Duet: ``starts // 2`` pairs run one after the other, each pair's arms at once on
     halves picked by a coin flip per pair. Sequential: ``starts // 2`` pairs, each
-    pair's arms one after the other in a flipped order, both on one flipped half. Its
+    pair's arms one after the other in a flipped order, both on one flipped half;
+    alternating the same, the order being whose request goes first in each turn. Its
     randomness comes from ``rng`` only.
     """
     if design == INTERLEAVED:
@@ -102,13 +115,15 @@ def plan_block(design: str, number: int, rng: random.Random, starts: int = 4) ->
                 slots += [Slot(BASELINE, pair, baseline_half),
                           Slot(CANDIDATE, pair, 1 - baseline_half)]
                 continue
-            # Sequential: first the order, then the half both starts of the pair share.
+            # Sequential, alternating: first the order, then the half both starts of the
+            # pair share.
             order = rng.choice(("AB", "BA"))
             half = rng.randrange(2)
             orders.append(order)
             arms = (BASELINE, CANDIDATE) if order == "AB" else (CANDIDATE, BASELINE)
             slots += [Slot(arm, pair, half) for arm in arms]
-        return Block(number, "+".join(orders), tuple(slots), together=design == DUET)
+        return Block(number, "+".join(orders), tuple(slots), together=design == DUET,
+                     coresident=design == ALTERNATING)
     raise ValueError(f"unknown A/B design {design!r}; one of {', '.join(DESIGNS)}")
 
 
@@ -130,6 +145,9 @@ class Sample:
     #: (``harness.numerics.fingerprint``): what the build computed, compared by the
     #: numerics verdict.
     fingerprint: Fingerprint | None = None
+    #: The machine's speed on the server's cores around its timed completions
+    #: (harness/ab/machine_speed.py; None: not read).
+    machine: float | None = None
 
 
 def paired_values(samples: Sequence[Sample], metric: str) -> tuple[list[float], list[float]]:

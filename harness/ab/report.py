@@ -164,6 +164,7 @@ def outcome_json(outcome: AbOutcome) -> dict[str, Any]:
         "counters": counters_json(counter_report(outcome)),
         "samples": [{"sequence": s.sequence, "arm": s.arm, "pair": s.pair, "block": s.block,
                      "at_s": s.at_s, "half": s.half, "values": s.values,
+                     "machine": s.machine,
                      "counters": s.counters,
                      "fingerprint": s.fingerprint.as_json() if s.fingerprint else None}
                     for s in outcome.samples],

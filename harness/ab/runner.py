@@ -35,7 +35,12 @@ from typing import Any
 import httpx
 
 from harness.ab.counters import read_counters
-from harness.ab.covariate import NO_COVARIATE, slot_covariate
+from harness.ab.covariate import (
+    BOTH_COVARIATES,
+    MACHINE_COVARIATE,
+    NO_COVARIATE,
+    covariates_for,
+)
 from harness.ab.decision import (
     AbRule,
     AbVerdict,
@@ -46,6 +51,7 @@ from harness.ab.decision import (
 from harness.ab.design import (
     BASELINE,
     CANDIDATE,
+    DUET,
     HALVED,
     SEQUENTIAL,
     Block,
@@ -55,6 +61,7 @@ from harness.ab.design import (
     plan_block,
 )
 from harness.ab.first_token import LONGEST_PROMPT, first_token_prompt, wanted_first_token_ms
+from harness.ab.machine_speed import machine_speed
 from harness.ab.pinning import client_pinned, core_halves, pin_process, usable_cores
 from harness.ab.sampling import PROBE_REPETITIONS, plan_sampling
 from harness.ab.validation import earn_unchanged, validated_metrics
@@ -71,7 +78,7 @@ from harness.numerics.fingerprint import (
 )
 from harness.numerics.token_bytes import read_token_bytes
 from harness.perf.keys import DEFAULT_GEN_TOKENS, DEFAULT_PROMPT_TOKENS, DEFAULT_REPETITIONS
-from harness.perf.measure import measure_speed, prompt_ids
+from harness.perf.measure import SpeedSample, measure_speeds, prompt_ids
 from harness.planning.launch import LaunchSpec
 from harness.results.run_record import METRICS
 from harness.runners.base import RunningServer, ServerRunner
@@ -83,6 +90,8 @@ from harness.runners.subprocess_runner import SubprocessRunner
 #: What ``harness ab`` measures unless told otherwise, in the order it prints them.
 AB_METRICS = ("decode_tps", "prompt_tps", "ttft_ms", "load_s")
 CONTEXT_STEP = 512
+#: The covariates that read the machine's speed around each start.
+MACHINE_READ = (MACHINE_COVARIATE, BOTH_COVARIATES)
 #: The label (and log folder) of the baseline's one unpaired start that sizes the
 #: first-token prompt.
 PROBE = "probe"
@@ -102,6 +111,9 @@ class Measured:
     counters: dict[str, str]
     fingerprint: Fingerprint | None
     decode_each: tuple[float, ...] = ()
+    #: The machine's speed on the server's cores around its timed completions (None:
+    #: not read; harness/ab/machine_speed.py).
+    machine: float | None = None
 
 
 @dataclass(frozen=True)
@@ -254,6 +266,10 @@ def _check(baseline: Arm, candidate: Arm, settings: AbSettings,
         raise ConfigError(f"the {design} design pins each server to half of the cores, "
                           "which needs host processes: give binaries or builds, or use "
                           "--design interleaved for images")
+    if settings.covariate in MACHINE_READ and design == DUET:
+        raise ConfigError("the machine covariate times a loop in this process beside each "
+                          "server; duet measures both arms at once, whose loops would "
+                          "share one interpreter: use --covariate slot with duet")
     if design in HALVED and len(usable_cores()) < 2:
         raise ConfigError(f"the {design} design needs at least two cores (it pins to "
                           "halves); use --design interleaved")
@@ -280,9 +296,10 @@ class _Starter:
         """One fresh server on ``cpus`` (None: unpinned), measured with this process on
         ``client_cpus`` (None: where it is) while it is measured."""
         with client_pinned(client_cpus):
-            return self._measure(cpus)
+            return _measure_together([self], cpus)[0]
 
-    def _measure(self, cpus: set[int] | None) -> Measured:
+    def launch(self, cpus: set[int] | None) -> _Started:
+        """A fresh server of the arm, pinned to ``cpus`` before its model loads."""
         launched = time.monotonic()
         server = self._runner.launch(self._spec)
         try:
@@ -293,30 +310,77 @@ class _Starter:
         except BaseException:
             server.stop()
             raise
-        until_ready(self._runner, server)
-        values: dict[str, float] = {"load_s": time.monotonic() - launched}
+        return _Started(self, server, pid, launched)
+
+    def finish(self, started: _Started, speed: SpeedSample,
+               machine: float | None) -> Measured:
+        """The start's figures, counters and numbers, once its timed requests are done."""
+        values = {"load_s": started.load_s}
+        for name, value in (("ttft_ms", speed.ttft_ms), ("prompt_tps", speed.prompt_tps),
+                            ("decode_tps", speed.decode_tps)):
+            if value is not None:
+                values[name] = value
+        server = started.server
         try:
-            if cpus is not None and pid is not None:
-                pin_process(pid, cpus)  # again: the threads the model load made
-            settings = self._settings
-            speed = measure_speed(server.base_url, settings.n_prompt,
-                                  settings.gen_tokens(), settings.repetitions,
-                                  first_token_prompt=settings.first_prompt(),
-                                  warmup=settings.warmup or 0)
-            for name, value in (("ttft_ms", speed.ttft_ms), ("prompt_tps", speed.prompt_tps),
-                                ("decode_tps", speed.decode_tps)):
-                if value is not None:
-                    values[name] = value
             # The model's token bytes say which greedy tokens the server reports.
-            token_bytes = _token_bytes(settings.model)
+            token_bytes = _token_bytes(self._settings.model)
             greedy = _greedy(server.base_url, token_bytes)
-            counters = read_counters(server.log_text(), greedy)
-            fingerprint = fingerprint_of(greedy, len(token_bytes), token_bytes)
         except (httpx.TransportError, ServerApiError) as exc:
             raise _lost(server, self._arm, exc) from exc
-        finally:
-            server.stop()
-        return Measured(values, counters, fingerprint, speed.decode_each)
+        counters = read_counters(server.log_text(), greedy)
+        fingerprint = fingerprint_of(greedy, len(token_bytes), token_bytes)
+        return Measured(values, counters, fingerprint, speed.decode_each, machine)
+
+
+@dataclass
+class _Started:
+    """A server launched for a start: whose it is, and when it was launched."""
+
+    starter: _Starter
+    server: RunningServer
+    pid: int | None
+    launched: float
+    load_s: float = 0.0
+
+
+def _measure_together(starters: Sequence[_Starter], cpus: set[int] | None) -> list[Measured]:
+    """One fresh server per starter on ``cpus``, measured in turns (one starter: alone).
+
+    Every server is launched, then each waited for (its ``load_s``: launch to ready) and
+    pinned again (the threads its model load made), then their timed requests alternate
+    (:func:`harness.perf.measure.measure_speeds`) with the machine's speed read around
+    them where the covariate asks; each is stopped whatever happens.
+    """
+    settings = starters[0]._settings
+    started: list[_Started] = []
+    try:
+        for starter in starters:
+            started.append(starter.launch(cpus))
+        for one in started:
+            until_ready(one.starter._runner, one.server)
+            one.load_s = time.monotonic() - one.launched
+            if cpus is not None and one.pid is not None:
+                pin_process(one.pid, cpus)
+        # Read just before and just after the timed completions, on the servers'
+        # cores: the moment of the machine they ran in.
+        reads = settings.covariate in MACHINE_READ
+        before = machine_speed(cpus) if reads else None
+        try:
+            speeds = measure_speeds([one.server.base_url for one in started],
+                                    settings.n_prompt, settings.gen_tokens(),
+                                    settings.repetitions,
+                                    first_token_prompt=settings.first_prompt(),
+                                    warmup=settings.warmup or 0)
+        except (httpx.TransportError, ServerApiError) as exc:
+            failed = next((one for one in started if one.server.exit_code() is not None),
+                          started[0])
+            raise _lost(failed.server, failed.starter._arm, exc) from exc
+        machine = math.sqrt(before * machine_speed(cpus)) if before is not None else None
+        return [one.starter.finish(one, speed, machine)
+                for one, speed in zip(started, speeds, strict=True)]
+    finally:
+        for one in started:
+            one.server.stop()
 
 
 def _lost(server: RunningServer, arm: Arm, exc: Exception) -> ServerError:
@@ -451,8 +515,8 @@ def _run(baseline: Arm, candidate: Arm, settings: AbSettings, *,
 
 
 def _covariate(settings: AbSettings, samples: Sequence[Sample],
-               metric: str) -> list[float] | None:
-    return None if settings.covariate == NO_COVARIATE else slot_covariate(samples, metric)
+               metric: str) -> list[list[float]] | None:
+    return covariates_for(settings.covariate, samples, metric)
 
 
 def _with_probed_settings(settings: AbSettings, baseline: Arm, log_dir: Path,
@@ -500,6 +564,8 @@ def _with_probed_settings(settings: AbSettings, baseline: Arm, log_dir: Path,
 def _run_block(block: Block, starters: dict[str, _Starter], started: float,
                sequence: int, *, pin_client: bool = False) -> list[Sample]:
     halves = core_halves()
+    if block.coresident:
+        return _run_coresident(block, starters, started, sequence, pin_client=pin_client)
     if not block.together:
         # One start after another, each alone on the machine (sequential: on its pair's
         # half of the cores, the client on the other half where asked; interleaved: on
@@ -530,9 +596,30 @@ def _run_block(block: Block, starters: dict[str, _Starter], started: float,
     return found
 
 
+def _run_coresident(block: Block, starters: dict[str, _Starter], started: float,
+                    sequence: int, *, pin_client: bool) -> list[Sample]:
+    """Alternating: each pair's two servers at once on the pair's half, measured in turns
+    (the pair's first slot first), the client on the other half where asked."""
+    halves = core_halves()
+    found: list[Sample] = []
+    for pair in sorted({slot.pair for slot in block.slots}):
+        slots = [slot for slot in block.slots if slot.pair == pair]
+        half = slots[0].half
+        cpus = halves[half] if half is not None else None
+        client = halves[1 - half] if half is not None and pin_client else None
+        at = time.monotonic() - started
+        with client_pinned(client):
+            measured = _measure_together([starters[slot.arm] for slot in slots], cpus)
+        found += [_sample(slot, block, sequence=sequence + len(found) + offset, at=at,
+                          measured=one)
+                  for offset, (slot, one) in enumerate(zip(slots, measured, strict=True))]
+    return found
+
+
 def _sample(slot: Slot, block: Block, *, sequence: int, at: float,
             measured: Measured) -> Sample:
     return Sample(arm=slot.arm, pair=slot.pair, block=block.number, sequence=sequence,
                   at_s=at, values=measured.values, counters=measured.counters,
-                  half=slot.half, fingerprint=measured.fingerprint)
+                  half=slot.half, fingerprint=measured.fingerprint,
+                  machine=measured.machine)
 

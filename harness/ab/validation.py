@@ -21,14 +21,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from harness.ab.decision import AbVerdict, MetricDecision
-from harness.ab.design import DESIGNS, DUET, INTERLEAVED, SEQUENTIAL
+from harness.ab.design import ALTERNATING, DESIGNS, DUET, INTERLEAVED, SEQUENTIAL
 from harness.facts.build import Backend
 
 #: A design keeps effect sizes when its measured effect is within this share of the
 #: sequential design's: 0.2 is ±20 % (a true 10 % slowdown measured as 8 to 12 %).
 EFFECT_TOLERANCE = 0.2
 #: ``--design auto``'s preference among validated designs: the fastest to decide first.
-AUTO_ORDER = (DUET, INTERLEAVED, SEQUENTIAL)
+AUTO_ORDER = (ALTERNATING, DUET, INTERLEAVED, SEQUENTIAL)
 
 
 def effect(ratio: float, higher_is_better: bool) -> float:

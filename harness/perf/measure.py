@@ -19,7 +19,7 @@ import importlib
 import json
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,47 +74,68 @@ def measure_speed(base_url: str, n_prompt: int, n_gen: int, repetitions: int,
     Each request waits ``timeout_s`` at most, and all of them together ``budget_s``
     (default ``MEASURE_BUDGET_S``); ServerApiError when either runs out or a request fails.
     """
-    budget = _Budget(MEASURE_BUDGET_S if budget_s is None else budget_s, base_url)
+    return measure_speeds([base_url], n_prompt, n_gen, repetitions, timeout_s,
+                          budget_s=budget_s, first_token_prompt=first_token_prompt,
+                          warmup=warmup)[0]
+
+
+def measure_speeds(base_urls: Sequence[str], n_prompt: int, n_gen: int, repetitions: int,
+                   timeout_s: float = REQUEST_TIMEOUT_S, *,
+                   budget_s: float | None = None, first_token_prompt: int | None = None,
+                   warmup: int = 0) -> list[SpeedSample]:
+    """:func:`measure_speed` of several servers at once, request by request in turn: each
+    request goes to every server before the next, in the order given and then reversed
+    (ABBA...), so each server's figures come from the same seconds as the others'
+    (``harness ab``'s alternating design). One server: :func:`measure_speed`. The budget
+    is the whole measurement's."""
+    budget = _Budget(MEASURE_BUDGET_S if budget_s is None else budget_s,
+                     ", ".join(base_urls))
     http = shared_pool()  # one process-wide keep-alive pool: borrowed, never closed here
     first_prompt = prompt_ids(n_prompt if first_token_prompt is None else first_token_prompt)
     first_after = len(first_prompt) > n_prompt
-    firsts: list[float] = []
+    count = len(base_urls)
+    firsts: list[list[float]] = [[] for _ in base_urls]
     if not first_after:
-        firsts = _first_token_times(http, base_url, first_prompt, budget, timeout_s)
-    prompt_speeds: list[float] = []
-    decode_speeds: list[float] = []
+        _first_token_times(http, base_urls, first_prompt, budget, timeout_s, into=firsts)
+    prompt_speeds: list[list[float]] = [[] for _ in base_urls]
+    decode_speeds: list[list[float]] = [[] for _ in base_urls]
     prompt = prompt_ids(n_prompt)
     for repetition in range(warmup + repetitions):
-        with budget.spending(timeout_s) as allowed, ServerClient(
-                base_url, timeout_s=allowed, http=http) as client:
-            done = client.completion(prompt, n_predict=n_gen, ignore_eos=True)
-        if repetition < warmup:
-            continue
-        timings = done.raw.get("timings") or {}
-        if timings.get("prompt_per_second"):
-            prompt_speeds.append(float(timings["prompt_per_second"]))
-        if timings.get("predicted_per_second") and done.tokens_predicted > 1:
-            decode_speeds.append(float(timings["predicted_per_second"]))
+        for index in _turn(repetition, count):
+            with budget.spending(timeout_s) as allowed, ServerClient(
+                    base_urls[index], timeout_s=allowed, http=http) as client:
+                done = client.completion(prompt, n_predict=n_gen, ignore_eos=True)
+            if repetition < warmup:
+                continue
+            timings = done.raw.get("timings") or {}
+            if timings.get("prompt_per_second"):
+                prompt_speeds[index].append(float(timings["prompt_per_second"]))
+            if timings.get("predicted_per_second") and done.tokens_predicted > 1:
+                decode_speeds[index].append(float(timings["predicted_per_second"]))
     if first_after:
-        firsts = _first_token_times(http, base_url, first_prompt, budget, timeout_s)
-    return SpeedSample(
-        ttft_ms=statistics.median(firsts) if firsts else None,
-        prompt_tps=statistics.median(prompt_speeds) if prompt_speeds else None,
-        decode_tps=statistics.median(decode_speeds) if decode_speeds else None,
-        decode_each=tuple(decode_speeds),
-    )
+        _first_token_times(http, base_urls, first_prompt, budget, timeout_s, into=firsts)
+    return [SpeedSample(
+        ttft_ms=statistics.median(firsts[i]) if firsts[i] else None,
+        prompt_tps=statistics.median(prompt_speeds[i]) if prompt_speeds[i] else None,
+        decode_tps=statistics.median(decode_speeds[i]) if decode_speeds[i] else None,
+        decode_each=tuple(decode_speeds[i]),
+    ) for i in range(count)]
 
 
-def _first_token_times(http: httpx.Client, base_url: str, prompt: list[int],
-                       budget: _Budget, timeout_s: float) -> list[float]:
+def _turn(round_number: int, count: int) -> range:
+    """The servers' order in one round: as given, then reversed, and so on."""
+    return range(count) if round_number % 2 == 0 else range(count - 1, -1, -1)
+
+
+def _first_token_times(http: httpx.Client, base_urls: Sequence[str], prompt: list[int],
+                       budget: _Budget, timeout_s: float, *, into: list[list[float]]) -> None:
     # One first-token time is at the mercy of one scheduling hiccup; take the median.
-    firsts: list[float] = []
-    for _ in range(FIRST_TOKEN_SAMPLES):
-        with budget.spending(timeout_s) as allowed:
-            first = _time_to_first_token(http, base_url, prompt, allowed)
-        if first is not None:
-            firsts.append(first)
-    return firsts
+    for sample in range(FIRST_TOKEN_SAMPLES):
+        for index in _turn(sample, len(base_urls)):
+            with budget.spending(timeout_s) as allowed:
+                first = _time_to_first_token(http, base_urls[index], prompt, allowed)
+            if first is not None:
+                into[index].append(first)
 
 
 class _Budget:

@@ -68,7 +68,9 @@ AB_EXTEND_S = 180.0
 # ``harness ab``'s sampling (docs/ab.md, "More signal per second"); the library's
 # AbSettings keeps the plain measurement (64 tokens, no warm-up, no pinned client, no
 # covariate) for bisect and tune. None: sized by the probe start (harness/ab/sampling.py).
-AB_GEN_TOKENS: int | None = None
+# Decode stays 64 tokens: sized to the noise (1024 tokens on the 2-core VM) a pair took
+# 13 times as long and the spread fell less than that (benchmarks/ab_signal.py).
+AB_GEN_TOKENS: int | None = 64
 AB_WARMUP: int | None = None
 AB_PIN_CLIENT = True
 AB_COVARIATE = "slot"
