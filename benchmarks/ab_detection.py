@@ -307,9 +307,10 @@ class Bench:
                       "prompts": self.prompts})
         return amount
 
-    def _probe(self, kind: str, level: float, amount: int, metric: str) -> float:
-        result = self.compare(kind, amount, SEQUENTIAL, metric, budget_s=PROBE_BUDGET_S)
-        self._append({"case": "probe", "kind": kind, "level": level, "amount": amount,
+    def _probe(self, kind: str, level: float, amount: int, metric: str, *,
+               budget_s: float = PROBE_BUDGET_S, case: str = "probe") -> float:
+        result = self.compare(kind, amount, SEQUENTIAL, metric, budget_s=budget_s)
+        self._append({"case": case, "kind": kind, "level": level, "amount": amount,
                       **result})
         measured = result["effect"] if result["effect"] is not None else 0.0
         print(f"sizing {kind} at {level:.0%}: amount {amount} -> solo effect "
@@ -327,6 +328,24 @@ class Bench:
             return max(1, round(extra_s * 5e9 / 2**20))
         # matmul: dependent multiply-adds (~1.3 ns each) over ~40 mul_mats a token.
         return max(1, round(extra_s / 40 / 1.3e-9))
+
+    def solo(self, kind: str, level: float, seconds: float) -> None:
+        """One more solo (sequential) comparison of ``seconds`` at the sized amount, once
+        per kind and level: pairs for the true size beside the sizing probes'."""
+        if any(e["case"] == "truth" and e["kind"] == kind and e["level"] == level
+               and _prompt(e) == self.prompts for e in self.entries):
+            return
+        amount = self.size(kind, level)
+        metric = SLOWDOWN_BY_NAME[kind].moves
+        # A rule that never decides: the comparison runs its whole budget.
+        rule, self.rule = self.rule, replace(self.rule, min_pairs=10**6)
+        try:
+            measured = self._probe(kind, level, amount, metric, budget_s=seconds,
+                                   case="truth")
+        finally:
+            self.rule = rule
+        print(f"solo {kind} at {level:.0%}: amount {amount} -> {measured:.1%} over "
+              f"{seconds:.0f} s", flush=True)
 
     def decide(self, cell: Cell) -> dict[str, Any]:
         self.baseline_figures()  # the first-token prompt every comparison times
@@ -375,7 +394,7 @@ def _solo_pairs(entries: list[dict[str, Any]], cell: Cell,
                 amount: int) -> Iterator[tuple[float, float]]:
     """Every sequential pair of the cell's metric at ``amount``: probes and decisions."""
     for entry in entries:
-        if (entry["case"] in ("probe", "decision") and entry["kind"] == cell.kind
+        if (entry["case"] in ("probe", "truth", "decision") and entry["kind"] == cell.kind
                 and entry["level"] == cell.level and entry["amount"] == amount
                 and _prompt(entry) == cell.prompts
                 and entry.get("design", SEQUENTIAL) == SEQUENTIAL):
@@ -487,6 +506,10 @@ def main() -> None:
     parser.add_argument("--sampling", choices=sorted(SAMPLINGS), default=GATE_SAMPLING,
                         help="harness ab's sampling defaults (gate), or the plain "
                         "measurement earlier logs used")
+    parser.add_argument("--truth-s", type=float, default=0.0,
+                        help="seconds of one more solo comparison per kind and level at "
+                        "its sized amount (once per log), so the true size's interval is "
+                        "narrower than the size")
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args()
     kinds = ([k.name for k in SLOWDOWNS] if args.kinds == "all"
@@ -509,6 +532,10 @@ def main() -> None:
               if args.aa_neighbour]
     wanted = {cell: (args.aa_neighbour if cell.kind == AA_NEIGHBOUR else args.aa
                      if cell.kind == "aa" else counts[cell.design]) for cell in cells}
+    if args.truth_s:
+        for kind in kinds:
+            for level in args.levels.split(","):
+                bench.solo(kind, float(level), args.truth_s)
     started = time.monotonic()
     # Round robin, so a run stopped early has figures for every cell.
     while time.monotonic() - started < args.deadline_s:

@@ -85,11 +85,12 @@ def test_the_same_build_twice_is_not_a_regression(harness_build: BuildUnderTest)
     assert body["counters"]["changed"] == []
     assert "greedy_text" in body["counters"]["unchanged"]
     assert "block 1:" in result.stderr  # progress after each block
-    # harness ab's sampling defaults: a probe sized the decode and the warm-up, the pairs'
-    # slots adjust the interval, the client ran off the servers' cores.
+    # harness ab's sampling defaults: a probe sized the warm-up, the machine's speed around
+    # each start adjusts the interval, the client ran off the servers' cores.
     assert body["n_gen"] == 64  # AB_GEN_TOKENS: not sized by default (docs/ab.md)
     assert 0 <= body["warmup"] <= 6
-    assert (body["covariate"], body["pin_client"]) == ("slot", True)
+    assert (body["covariate"], body["pin_client"]) == ("machine", True)
+    assert all(s["machine"] > 0 for s in samples)
 
 
 @pytest.mark.server

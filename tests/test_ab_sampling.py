@@ -24,7 +24,7 @@ from harness.ab.covariate import (
     slot_covariate,
 )
 from harness.ab.decision import AbRule, decide_metric
-from harness.ab.design import BASELINE, CANDIDATE, DUET, SEQUENTIAL, Sample
+from harness.ab.design import BASELINE, CANDIDATE, SEQUENTIAL, Sample
 from harness.ab.machine_speed import machine_speed
 from harness.ab.report import outcome_json, table
 from harness.ab.runner import PROBE, AbSettings, Arm, Measured, run_ab
@@ -39,7 +39,6 @@ from harness.ab.sampling import (
     warmup_length,
 )
 from harness.ab.stats import paired_ratio_interval
-from harness.errors import ConfigError
 from harness.perf.keys import DEFAULT_GEN_TOKENS, DEFAULT_REPETITIONS
 from harness.perf.measure import measure_speeds
 
@@ -243,14 +242,6 @@ def test_the_machine_speed_is_read_on_the_cores_asked_and_leaves_the_thread_as_i
     speed = machine_speed({min(before)})
     assert speed > 1e5  # iterations a second: a 200k-iteration loop takes well under 2 s
     assert os.sched_getaffinity(0) == before
-
-
-def test_the_machine_covariate_is_refused_with_duet(tmp_path: Path) -> None:
-    arms = (Arm("baseline", binary=Path("/bin/true")), Arm("candidate", binary=Path("/bin/true")))
-    settings = AbSettings(model=tmp_path / "m.gguf", fixture="bench", design=DUET,
-                          metrics=("decode_tps",), covariate=MACHINE_COVARIATE)
-    with pytest.raises(ConfigError, match="--covariate slot with duet"):
-        run_ab(*arms, settings, log_dir=tmp_path / "logs")
 
 
 def test_the_machine_covariate_pairs_the_readings_and_needs_every_one() -> None:

@@ -51,7 +51,6 @@ from harness.ab.decision import (
 from harness.ab.design import (
     BASELINE,
     CANDIDATE,
-    DUET,
     HALVED,
     SEQUENTIAL,
     Block,
@@ -266,10 +265,6 @@ def _check(baseline: Arm, candidate: Arm, settings: AbSettings,
         raise ConfigError(f"the {design} design pins each server to half of the cores, "
                           "which needs host processes: give binaries or builds, or use "
                           "--design interleaved for images")
-    if settings.covariate in MACHINE_READ and design == DUET:
-        raise ConfigError("the machine covariate times a loop in this process beside each "
-                          "server; duet measures both arms at once, whose loops would "
-                          "share one interpreter: use --covariate slot with duet")
     if design in HALVED and len(usable_cores()) < 2:
         raise ConfigError(f"the {design} design needs at least two cores (it pins to "
                           "halves); use --design interleaved")
@@ -292,11 +287,12 @@ class _Starter:
             assert arm.image is not None
             self._runner = ContainerRunner(arm.image, log_dir / arm.label, env=env)
 
-    def measure(self, cpus: set[int] | None, client_cpus: set[int] | None = None) -> Measured:
+    def measure(self, cpus: set[int] | None, client_cpus: set[int] | None = None, *,
+                read_machine: bool = True) -> Measured:
         """One fresh server on ``cpus`` (None: unpinned), measured with this process on
         ``client_cpus`` (None: where it is) while it is measured."""
         with client_pinned(client_cpus):
-            return _measure_together([self], cpus)[0]
+            return _measure_together([self], cpus, read_machine=read_machine)[0]
 
     def launch(self, cpus: set[int] | None) -> _Started:
         """A fresh server of the arm, pinned to ``cpus`` before its model loads."""
@@ -343,13 +339,17 @@ class _Started:
     load_s: float = 0.0
 
 
-def _measure_together(starters: Sequence[_Starter], cpus: set[int] | None) -> list[Measured]:
+def _measure_together(starters: Sequence[_Starter], cpus: set[int] | None, *,
+                      read_machine: bool = True) -> list[Measured]:
     """One fresh server per starter on ``cpus``, measured in turns (one starter: alone).
 
     Every server is launched, then each waited for (its ``load_s``: launch to ready) and
     pinned again (the threads its model load made), then their timed requests alternate
     (:func:`harness.perf.measure.measure_speeds`) with the machine's speed read around
-    them where the covariate asks; each is stopped whatever happens.
+    them where the covariate asks (and ``read_machine``: duet measures its two arms in
+    two threads of this process at once, whose loops would share one interpreter, so it
+    reads none and its comparisons are not adjusted by the machine); each is stopped
+    whatever happens.
     """
     settings = starters[0]._settings
     started: list[_Started] = []
@@ -363,7 +363,7 @@ def _measure_together(starters: Sequence[_Starter], cpus: set[int] | None) -> li
                 pin_process(one.pid, cpus)
         # Read just before and just after the timed completions, on the servers'
         # cores: the moment of the machine they ran in.
-        reads = settings.covariate in MACHINE_READ
+        reads = read_machine and settings.covariate in MACHINE_READ
         before = machine_speed(cpus) if reads else None
         try:
             speeds = measure_speeds([one.server.base_url for one in started],
@@ -587,7 +587,8 @@ def _run_block(block: Block, starters: dict[str, _Starter], started: float,
         # per build); each measures its own server on its own cores in the same seconds.
         with ThreadPoolExecutor(max_workers=len(slots)) as pool:
             futures = [pool.submit(starters[slot.arm].measure,
-                                   halves[slot.half] if slot.half is not None else None)
+                                   halves[slot.half] if slot.half is not None else None,
+                                   read_machine=False)
                        for slot in slots]
             results = [future.result() for future in futures]
         found += [_sample(slot, block, sequence=sequence + len(found) + offset, at=at,
