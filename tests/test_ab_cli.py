@@ -130,7 +130,7 @@ def test_calibrate_design_measures_a_known_slowdown_with_every_design(
     record = json.loads(own_validation_record.read_text())
     assert {check["metric"] for check in record["checks"]} == {"decode_tps"}
     checks = {check["design"]: check for check in record["checks"]}
-    assert set(checks) == {"sequential", "interleaved", "duet"}
+    assert set(checks) == {"sequential", "interleaved", "duet", "alternating"}
     solo = checks["sequential"]
     assert solo["design_effect"] == solo["solo_effect"]
     # The injected change is seen solo at about its size: 30 %, sized from one probe's
@@ -140,7 +140,7 @@ def test_calibrate_design_measures_a_known_slowdown_with_every_design(
         assert check["solo_effect"] == solo["solo_effect"]
         assert check["pairs"] >= 2, check
     assert f"recorded in {own_validation_record}" in result.stdout
-    for design in ("sequential", "interleaved", "duet"):
+    for design in ("sequential", "interleaved", "duet", "alternating"):
         assert design in result.stderr
 
 
@@ -163,6 +163,16 @@ def test_auto_uses_a_design_only_where_this_runner_validated_it(
     # Validated for decode speed only: asked for the load time too, auto stays sequential.
     both = json.loads(_ab(*args, "--metric", "decode_tps", "--metric", "load_s").stdout)
     assert both["design"] == "sequential"
+    # Alternating validated too: auto's first choice, both servers of a pair on one half.
+    own_validation_record.write_text(json.dumps({
+        "host": "vm", "date": "2026-12-06T00:00:00Z", "builds": ["a", "b"],
+        "checks": [{**check, "design": "duet"}, {**check, "design": "alternating"}]}))
+    alternating = json.loads(_ab(*args, "--metric", "decode_tps").stdout)
+    assert alternating["design"] == "alternating"
+    samples = alternating["samples"]
+    assert {s["arm"] for s in samples} == {"baseline", "candidate"}
+    for pair in {s["pair"] for s in samples}:
+        assert len({s["half"] for s in samples if s["pair"] == pair}) == 1
 
 
 def test_an_unknown_build_is_exit_2_naming_it() -> None:

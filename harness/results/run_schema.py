@@ -54,7 +54,7 @@ _MAX_FIGURE = 1e15
 
 #: The designs of harness/ab/design.py's DESIGNS, copied rather than imported (harness/ab
 #: builds on this package); tests/test_run_schema.py holds them equal.
-AB_DESIGNS = ("sequential", "interleaved", "duet")
+AB_DESIGNS = ("sequential", "interleaved", "duet", "alternating")
 #: The A/B rule's verdicts, from their enum (harness/results/rules.py).
 AB_VERDICTS = tuple(verdict.value for verdict in AbVerdict)
 #: What a test's outcome may be, from the enum harness/plugin/recording/outcomes.py writes.
