@@ -163,9 +163,9 @@ class AbSettings:
     #: Completions each start runs before its timed ones, not counted. None: as many as
     #: the probe start shows to be warm-up.
     warmup: int | None = 0
-    #: Pin this process (the client timing the server) to the other half of the cores
-    #: while a pinned server is measured alone on its half (sequential), so the client's
-    #: own work does not share the measured server's cores.
+    #: Pin this process (the client timing the servers) to the other half of the cores
+    #: while a pair's servers are measured on their half (sequential, alternating), so
+    #: the client's own work does not share the measured servers' cores.
     pin_client: bool = False
     #: The covariate the intervals are adjusted by (harness/ab/covariate.py).
     covariate: str = NO_COVARIATE

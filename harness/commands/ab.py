@@ -162,7 +162,8 @@ def _progress(progress: AbProgress) -> None:
 @click.option("--design", type=click.Choice((AUTO, *DESIGNS)), default=AUTO,
               show_default=True, help="sequential: each start alone, both arms on the same "
               "half of the cores (the ground truth); interleaved: ABBA blocks on all cores; "
-              "duet: both arms at once, each on half the cores; auto: the fastest design "
+              "duet: both arms at once, each on half the cores; alternating: both "
+              "servers of a pair on one half, their requests in turns; auto: the fastest design "
               "this runner's calibration validated for every metric asked, else "
               "sequential (interleaved when an arm is an image). See docs/ab.md.")
 @click.option("--calibrate-design", is_flag=True,
