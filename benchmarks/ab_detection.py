@@ -23,8 +23,17 @@ and each level (a fraction: 0.10 is 10 % worse on the metric the kind moves):
    was attributed to.
 3. **Truth.** The kind's true size at a level is the median candidate/baseline ratio
    of every sequential pair measured at that amount (its sizing probe and its sequential
-   decisions) — the solo measurement. Each design's measured effect (the median of its
-   own pairs) is printed beside it as a ratio: 1.0 keeps the size, below 1 compresses.
+   decisions) — the solo measurement, with the 95 % interval of that median. Each
+   design's measured effect (the median of its own pairs) is printed beside it as a
+   ratio: 1.0 keeps the size, below 1 compresses.
+   The decode wait also has a **constructed** truth that needs no difference of two
+   noisy speeds: the wait is wall time added to every token, so a pair whose baseline
+   decoded at b tokens/s is slowed by exactly w·b / (1 + w·b) (harness/builds/slowed.py
+   ``slowdown_of_wait``). Its median over the solo pairs' baselines has an interval
+   about as narrow as the baseline speed's own median, well under the size; the solo
+   measurement beside it checks the construction. The decode wait is sized by that
+   construction from the baseline's speed, without probes (a 40 s probe's own spread,
+   ±4 % here, would move a 3 % size more than it corrects it).
 
 ``--aa N`` adds N A/A decisions per design (the pinned build as both arms): false alarms;
 ``--aa-neighbour N`` N more, each beside a noisy neighbour (benchmarks/noisy_neighbour.py:
@@ -73,7 +82,13 @@ from harness.ab.runner import AB_METRICS, AbSettings, Arm, run_ab
 from harness.ab.stats import wilson_interval
 from harness.ab.validation import effect
 from harness.builds.resolve import ensure_build
-from harness.builds.slowed import SLOWDOWN_BY_NAME, SLOWDOWNS, ensure_slowed_build, slowdown_env
+from harness.builds.slowed import (
+    SLOWDOWN_BY_NAME,
+    SLOWDOWNS,
+    ensure_slowed_build,
+    slowdown_env,
+    slowdown_of_wait,
+)
 from harness.builds.source import fetch_pinned_source
 from harness.errors import ServerError
 from harness.paths import cache_root
@@ -94,6 +109,11 @@ PROBE_BUDGET_S = 40.0
 #: build that ignores ``--threads`` shows only where it uses more threads than a design
 #: gives (interleaved gives every core): twice the cores is more than any design gives.
 FIXED_AMOUNTS = {"threads": 2 * len(os.sched_getaffinity(0))}
+#: Kinds whose size follows from the amount and the baseline's speed alone (a wall-time
+#: wait per token): sized and given a constructed truth without probes.
+CONSTRUCTED = frozenset({"decode-wait"})
+#: The fewest solo pairs a median's interval is given for.
+MIN_INTERVAL_PAIRS = 6
 
 
 def _higher_is_better(metric: str) -> bool:
@@ -288,6 +308,8 @@ class Bench:
         if kind in FIXED_AMOUNTS:
             amount = FIXED_AMOUNTS[kind]
             self._probe(kind, level, amount, metric)
+        elif kind in CONSTRUCTED:
+            amount = self._first_guess(kind, level)
         else:
             amount = self._first_guess(kind, level)
             tried: list[tuple[int, float]] = []
@@ -346,6 +368,11 @@ class Bench:
             self.rule = rule
         print(f"solo {kind} at {level:.0%}: amount {amount} -> {measured:.1%} over "
               f"{seconds:.0f} s", flush=True)
+        if kind in CONSTRUCTED:
+            cell = Cell(kind, level, SEQUENTIAL, self.prompts)
+            extra = _us_text(_extra_token_us(_solo_pairs(self.entries, cell, amount)))
+            print(f"  the wait is {amount} µs a token; solo pairs measured {extra} a token",
+                  flush=True)
 
     def decide(self, cell: Cell) -> dict[str, Any]:
         self.baseline_figures()  # the first-token prompt every comparison times
@@ -401,6 +428,53 @@ def _solo_pairs(entries: list[dict[str, Any]], cell: Cell,
             yield from (tuple(p) for p in entry["pairs"].get(cell.metric, []))
 
 
+def _median_interval(values: list[float]) -> tuple[float, float, float] | None:
+    """The median of ``values`` and its distribution-free 95 % interval (the order
+    statistics a binomial(n, 1/2) count puts around the middle); None under
+    ``MIN_INTERVAL_PAIRS`` values."""
+    if len(values) < MIN_INTERVAL_PAIRS:
+        return None
+    ordered = sorted(values)
+    n = len(ordered)
+    half_width = 1.96 * math.sqrt(n) / 2.0
+    low = max(0, math.floor(n / 2.0 - half_width))
+    high = min(n - 1, math.ceil(n / 2.0 + half_width) - 1)
+    return statistics.median(ordered), ordered[low], ordered[high]
+
+
+def _interval_text(values: list[float]) -> str:
+    found = _median_interval(values)
+    if found is None:
+        return "—"
+    middle, low, high = found
+    return f"{middle:.1%} ({low:.1%} to {high:.1%})"
+
+
+def _truths(entries: list[dict[str, Any]], cell: Cell, amount: int) -> tuple[str, str]:
+    """The solo true size (median pair effect, its interval) and, for a constructed
+    kind, the size the amount makes of each solo pair's baseline speed."""
+    pairs = list(_solo_pairs(entries, cell, amount))
+    higher = _higher_is_better(cell.metric)
+    solo = _interval_text([effect(c / b, higher) for b, c in pairs])
+    if cell.kind not in CONSTRUCTED:
+        return solo, "—"
+    return solo, _interval_text([slowdown_of_wait(amount, b) for b, _ in pairs])
+
+
+def _extra_token_us(pairs: Iterable[tuple[float, float]]) -> list[float]:
+    """Microseconds a token took longer in the candidate, pair by pair (decode speeds):
+    what a wait per token should add exactly, if the construction holds."""
+    return [1e6 / c - 1e6 / b for b, c in pairs]
+
+
+def _us_text(values: list[float]) -> str:
+    found = _median_interval(values)
+    if found is None:
+        return "too few pairs"
+    middle, low, high = found
+    return f"+{middle:.0f} µs ({low:+.0f} to {high:+.0f})"
+
+
 def _rate(hits: int, total: int) -> str:
     if total == 0:
         return "none"
@@ -419,10 +493,11 @@ def report(entries: list[dict[str, Any]]) -> None:
                     if e["case"] == "decision"},
                    key=lambda c: (_is_aa(c.kind), c.kind, c.prompts, -c.level,
                                   DESIGNS.index(c.design)))
-    print("\n| kind | level | amount | true (solo) | design | decisions | regressed "
-          "(95 %) | unchanged | unknown | measured / true | attributed to | decision "
-          "(median) | extended past the budget |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("\n| kind | level | amount | true (solo, 95 %) | true (constructed, 95 %) | "
+          "design | decisions | regressed (95 %) | unchanged | unknown | measured / true | "
+          "attributed to | decision (median) | extended past the budget |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
+          "| --- |")
     for cell in cells:
         done = _decisions(entries, cell)
         amount = done[0]["amount"]
@@ -433,10 +508,10 @@ def report(entries: list[dict[str, Any]]) -> None:
         pairs = [tuple(p) for e in done for p in e["pairs"].get(cell.metric, [])]
         measured = _median_effect(pairs, cell.metric)
         if _is_aa(cell.kind):
-            truth_text, ratio_text = "0", "—"
+            truth_text, constructed_text, ratio_text = "0", "0", "—"
         else:
             truth = _median_effect(_solo_pairs(entries, cell, amount), cell.metric)
-            truth_text = f"{truth:.1%}" if truth is not None else "—"
+            truth_text, constructed_text = _truths(entries, cell, amount)
             ratio_text = (f"{measured / truth:.2f}" if truth and measured is not None
                           and truth > 0 else "—")
         attributed = Counter(metric for found in judged for metric, verdict in
@@ -448,11 +523,19 @@ def report(entries: list[dict[str, Any]]) -> None:
         chosen = sorted({e["ttft_prompt"] for e in done if e.get("ttft_prompt")})
         if chosen and cell.prompts.endswith("/auto"):
             kind += f" (first token on {', '.join(map(str, chosen))})"
-        print(f"| {kind} | {cell.level:.0%} | {amount} | {truth_text} | {cell.design} | "
+        print(f"| {kind} | {cell.level:.0%} | {amount} | {truth_text} | "
+              f"{constructed_text} | {cell.design} | "
               f"{len(done)} | {_rate(verdicts['regressed'], len(done))} | "
               f"{verdicts['unchanged']} | {verdicts['unknown']} | {ratio_text} | "
               f"{attributed_text} | "
               f"{_median_time(done)} | {_extensions(done)} |")
+    for cell in cells:
+        if cell.kind in CONSTRUCTED:
+            amount = _decisions(entries, cell)[0]["amount"]
+            extra = _us_text(_extra_token_us(_solo_pairs(entries, cell, amount)))
+            print(f"\n{cell.kind} {cell.level:.0%}: the wait is {amount} µs a token; the solo "
+                  f"pairs measured {extra} a token (the constructed truth holds where "
+                  "these agree).")
     for failure in (e for e in entries if e["case"] == "failure"):
         print(f"\nFAILED: {failure['kind']} {failure['level']:.0%} {failure['design']} "
               f"(prompts {_prompt(failure)}): {failure['error'].splitlines()[0]}")

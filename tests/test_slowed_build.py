@@ -26,6 +26,7 @@ from harness.builds.slowed import (
     apply_patch,
     ensure_slowed_build,
     slowdown_env,
+    slowdown_of_wait,
     slowed_env,
     wait_for_slowdown,
 )
@@ -121,6 +122,21 @@ def test_the_wait_gives_the_slowdown_it_was_asked_for() -> None:
     for fraction in (0.01, 0.05, 0.1, 0.3):
         slowed_tps = 1e6 / (1e6 / tps + wait_for_slowdown(fraction, tps))
         assert 1 - slowed_tps / tps == pytest.approx(fraction, abs=1e-3)
+
+
+def test_the_slowdown_of_a_wait_inverts_the_wait_for_a_slowdown() -> None:
+    # 10 ms a token plus 526 µs: 100 -> 95.0 tokens/s.
+    assert slowdown_of_wait(526, 100.0) == pytest.approx(0.05, abs=1e-4)
+    assert slowdown_of_wait(0, 437.0) == 0.0
+    for fraction in (0.03, 0.04, 0.05, 0.3):
+        assert slowdown_of_wait(wait_for_slowdown(fraction, 550.0), 550.0) == pytest.approx(
+            fraction, abs=1e-3)
+    # Wall time, not work: the same wait is a larger share of a faster decode.
+    assert slowdown_of_wait(102, 600.0) > slowdown_of_wait(102, 500.0)
+    with pytest.raises(ConfigError, match="positive"):
+        slowdown_of_wait(102, 0.0)
+    with pytest.raises(ConfigError):
+        slowdown_of_wait(-1, 500.0)
 
 
 @pytest.mark.parametrize(("fraction", "tps"), [(1.0, 100.0), (-0.1, 100.0), (0.1, 0.0)])

@@ -109,6 +109,21 @@ def wait_for_slowdown(fraction: float, baseline_decode_tps: float) -> int:
     return round(token_us / (1.0 - fraction) - token_us)
 
 
+def slowdown_of_wait(wait_us: float, baseline_decode_tps: float) -> float:
+    """The fraction by which a wait of ``wait_us`` per token slows a decode of
+    ``baseline_decode_tps`` (the inverse of :func:`wait_for_slowdown`).
+
+    The wait is wall time, not work: it does not speed up or slow down with the machine,
+    so the same wait is a larger fraction of a faster decode. A token that took t takes
+    t + wait, and the speed falls by wait / (t + wait).
+    """
+    if wait_us < 0.0 or baseline_decode_tps <= 0.0:
+        raise ConfigError(f"cannot size a wait of {wait_us!r} µs at {baseline_decode_tps!r} "
+                          "tokens/s: the wait must be >= 0 and the speed positive")
+    extra = wait_us * baseline_decode_tps / 1e6
+    return extra / (1.0 + extra)
+
+
 def slowed_env(wait_us: int, base: dict[str, str] | None = None) -> dict[str, str]:
     """``base`` (default: this process's environment) with the slowed server's wait set."""
     return slowdown_env(SLOWDOWN_BY_NAME["decode-wait"], wait_us, base)
