@@ -472,7 +472,7 @@ def _us_text(values: list[float]) -> str:
     if found is None:
         return "too few pairs"
     middle, low, high = found
-    return f"+{middle:.0f} µs ({low:+.0f} to {high:+.0f})"
+    return f"{middle:+.0f} µs ({low:+.0f} to {high:+.0f})"
 
 
 def _rate(hits: int, total: int) -> str:
