@@ -37,9 +37,13 @@ and each level (a fraction: 0.10 is 10 % worse on the metric the kind moves):
 
 ``--aa N`` adds N A/A decisions per design (the pinned build as both arms): false alarms;
 ``--aa-neighbour N`` N more, each beside a noisy neighbour (benchmarks/noisy_neighbour.py:
-a build of the pinned tree looping on the same cores), row ``aa+build``.
-``--sampling gate`` (the default) measures as ``harness ab`` does by default: decode
-tokens and warm-up sized by a probe start, the client pinned, the slot covariate
+a build of the pinned tree looping on the same cores), row ``aa+build``. Each A/A row is
+also **replayed**: 1000 decisions redrawn from its recorded pairs (each with its
+covariate values) and judged block by block as the gate judges, which bounds the false
+alarm rate far below what 20 measured decisions can (0 of 20 only says under 16 %), at
+the price of independent draws.
+``--sampling gate`` (the default) measures as ``harness ab`` does by default: the
+warm-up sized by a probe start, the client pinned, the machine covariate
 (harness/ab/sampling.py, covariate.py); ``plain`` as logs made before those did (64
 tokens x 5 completions, raw pairs). Its cells are labelled ``.../gate``.
 ``--n-prompt N`` times the completions with an N-token prompt and ``--ttft-prompt N|auto``
@@ -73,8 +77,19 @@ from typing import Any
 from noisy_neighbour import NoisyNeighbour
 
 from harness import modelgen
-from harness.ab.covariate import SLOT_COVARIATE, slot_of
-from harness.ab.decision import AB_EXTEND_S, AbRule, AbVerdict, decide_metric
+from harness.ab.covariate import (
+    BOTH_COVARIATES,
+    MACHINE_COVARIATE,
+    SLOT_COVARIATE,
+    slot_of,
+)
+from harness.ab.decision import (
+    AB_EXTEND_S,
+    AbRule,
+    AbVerdict,
+    decide_metric,
+    resampled_false_alarm_rate,
+)
 from harness.ab.design import DESIGNS, SEQUENTIAL
 from harness.ab.design_check import amount_for
 from harness.ab.report import outcome_json
@@ -114,6 +129,13 @@ FIXED_AMOUNTS = {"threads": 2 * len(os.sched_getaffinity(0))}
 CONSTRUCTED = frozenset({"decode-wait"})
 #: The fewest solo pairs a median's interval is given for.
 MIN_INTERVAL_PAIRS = 6
+#: A/A decisions replayed from each A/A cell's recorded pairs: 0 alarms in 1000 bounds
+#: the rate under 0.4 % (Wilson, 95 %).
+REPLAY_TRIALS = 1000
+#: What a logged decision keeps per metric: each pair's (baseline, candidate) figures,
+#: and each covariate column the gate could adjust them by.
+Pairs = dict[str, list[tuple[float, float]]]
+Columns = dict[str, list[float]]
 
 
 def _higher_is_better(metric: str) -> bool:
@@ -132,25 +154,35 @@ def _entries(log: Path) -> list[dict[str, Any]]:
     return found
 
 
-def _pairs_by_metric(body: dict[str, Any]) -> tuple[dict[str, list[tuple[float, float]]],
-                                                    dict[str, list[float]]]:
-    """Each metric's (baseline, candidate) pairs of one comparison's JSON samples, and
-    each pair's slot (harness/ab/covariate.py) in the same order."""
+def _pairs_by_metric(body: dict[str, Any]) -> tuple[Pairs, Columns, Columns]:
+    """Each metric's (baseline, candidate) pairs of one comparison's JSON samples, and in
+    the same order each pair's slot and its machine covariate (the log ratio of the
+    machine's speed around the two starts: harness/ab/covariate.py); a metric with a
+    start the machine was not read for has no machine column."""
     by_pair: dict[int, dict[str, dict[str, Any]]] = {}
     for sample in body["samples"]:
         by_pair.setdefault(sample["pair"], {})[sample["arm"]] = sample
-    pairs: dict[str, list[tuple[float, float]]] = {}
-    slots: dict[str, list[float]] = {}
-    for arms in by_pair.values():
+    pairs: Pairs = {}
+    slots: Columns = {}
+    machine: dict[str, list[float | None]] = {}
+    for pair in sorted(by_pair):
+        arms = by_pair[pair]
         if {"baseline", "candidate"} <= set(arms):
             base, cand = arms["baseline"], arms["candidate"]
             slot = slot_of(base["sequence"], cand["sequence"], base["half"], cand["half"])
+            base_speed, cand_speed = base.get("machine"), cand.get("machine")
+            moved = (math.log(cand_speed) - math.log(base_speed)
+                     if base_speed and cand_speed and base_speed > 0 and cand_speed > 0
+                     else None)
             for metric in AB_METRICS:
                 if metric in base["values"] and metric in cand["values"]:
                     pairs.setdefault(metric, []).append(
                         (base["values"][metric], cand["values"][metric]))
                     slots.setdefault(metric, []).append(slot)
-    return pairs, slots
+                    machine.setdefault(metric, []).append(moved)
+    read = {metric: [m for m in column if m is not None]
+            for metric, column in machine.items() if None not in column}
+    return pairs, slots, read
 
 
 def _median_effect(pairs: Iterable[tuple[float, float]], metric: str) -> float | None:
@@ -160,23 +192,37 @@ def _median_effect(pairs: Iterable[tuple[float, float]], metric: str) -> float |
     return effect(statistics.median(ratios), _higher_is_better(metric))
 
 
-def _attribution(pairs: dict[str, list[tuple[float, float]]], rule: AbRule,
-                 slots: dict[str, list[float]] | None = None) -> dict[str, str]:
-    """Every metric judged on the decision's pairs (with the slot covariate where the
-    comparison used it): where the change shows."""
+def _attribution(pairs: Pairs, rule: AbRule,
+                 covariates: dict[str, list[list[float]]]) -> dict[str, str]:
+    """Every metric judged on the decision's pairs (adjusted by the covariate columns the
+    comparison used): where the change shows."""
     found = {}
     for metric, metric_pairs in pairs.items():
         baseline = [b for b, _ in metric_pairs]
         candidate = [c for _, c in metric_pairs]
-        column = slots.get(metric) if slots is not None else None
         found[metric] = decide_metric(metric, baseline, candidate, rule,
-                                      [column] if column else None).verdict.value
+                                      covariates.get(metric)).verdict.value
     return found
 
 
-def _entry_slots(entry: dict[str, Any]) -> dict[str, list[float]] | None:
-    """The slots a logged decision's rule used: None for raw pairs (and older logs)."""
-    return entry.get("slots") if entry.get("covariate") == SLOT_COVARIATE else None
+def _entry_covariates(entry: dict[str, Any]) -> dict[str, list[list[float]]]:
+    """Per metric, the covariate columns a logged decision's rule adjusted by, as the gate
+    takes them (harness/ab/covariate.py covariates_for): none for raw pairs, and none
+    for a metric whose machine speed was not read (or a log from before it was kept)."""
+    used = entry.get("covariate")
+    found: dict[str, list[list[float]]] = {}
+    for metric in entry["pairs"]:
+        columns = []
+        if used in (SLOT_COVARIATE, BOTH_COVARIATES):
+            columns.append(entry["slots"][metric])
+        if used in (MACHINE_COVARIATE, BOTH_COVARIATES):
+            machine = entry.get("machine", {}).get(metric)
+            if machine is None:
+                continue
+            columns.append(machine)
+        if columns:
+            found[metric] = columns
+    return found
 
 
 @dataclass(frozen=True)
@@ -193,7 +239,7 @@ class Cell:
 
 
 #: ``--sampling``: ``harness ab``'s defaults (the probe sizes decode tokens and warm-up,
-#: the client is pinned, the slot covariate), or the plain measurement logs before them
+#: the client is pinned, the machine covariate), or the plain measurement logs before them
 #: used (64 tokens x 5, no warm-up, raw pairs).
 GATE_SAMPLING, PLAIN_SAMPLING = "gate", "plain"
 SAMPLINGS: dict[str, dict[str, Any]] = {
@@ -264,19 +310,18 @@ class Bench:
         body = outcome_json(run_ab(self.pinned, candidate, settings,
                                    env={"baseline": self.plain, "candidate": env}))
         decided = body["metrics"][0]
-        pairs, slots = _pairs_by_metric(body)
-        used = settings.covariate
-        return {"prompts": self.prompts, "ttft_prompt": body.get("ttft_prompt"),
-                "verdict": decided["verdict"],
-                "decided_after_s": decided["decided_after_s"], "elapsed_s": body["elapsed_s"],
-                "extended_s": body["extended_s"],
-                "seed": body["seed"],
-                "effect": _median_effect(pairs.get(metric, []), metric),
-                "attribution": _attribution(pairs, self.rule,
-                                            slots if used == SLOT_COVARIATE else None),
-                "covariate": used, "slots": slots,
-                "n_gen": body["n_gen"], "warmup": body["warmup"],
-                "pairs": pairs}
+        pairs, slots, machine = _pairs_by_metric(body)
+        result = {"prompts": self.prompts, "ttft_prompt": body.get("ttft_prompt"),
+                  "verdict": decided["verdict"],
+                  "decided_after_s": decided["decided_after_s"],
+                  "elapsed_s": body["elapsed_s"], "extended_s": body["extended_s"],
+                  "seed": body["seed"],
+                  "effect": _median_effect(pairs.get(metric, []), metric),
+                  "covariate": settings.covariate, "slots": slots, "machine": machine,
+                  "n_gen": body["n_gen"], "warmup": body["warmup"],
+                  "pairs": pairs}
+        result["attribution"] = _attribution(pairs, self.rule, _entry_covariates(result))
+        return result
 
     def baseline_figures(self) -> dict[str, float]:
         """The pinned build's medians under the sequential design (one A/A block)."""
@@ -503,7 +548,7 @@ def report(entries: list[dict[str, Any]]) -> None:
         amount = done[0]["amount"]
         # Judged again with today's rule: a log made before a rule change reads as the
         # rule now decides those pairs (each decision's pairs end where it stopped).
-        judged = [_attribution(e["pairs"], AbRule(), _entry_slots(e)) for e in done]
+        judged = [_attribution(e["pairs"], AbRule(), _entry_covariates(e)) for e in done]
         verdicts = Counter(found[cell.metric] for found in judged)
         pairs = [tuple(p) for e in done for p in e["pairs"].get(cell.metric, [])]
         measured = _median_effect(pairs, cell.metric)
@@ -536,6 +581,9 @@ def report(entries: list[dict[str, Any]]) -> None:
             print(f"\n{cell.kind} {cell.level:.0%}: the wait is {amount} µs a token; the solo "
                   f"pairs measured {extra} a token (the constructed truth holds where "
                   "these agree).")
+    for cell in cells:
+        if _is_aa(cell.kind):
+            print(f"\n{_replayed(_decisions(entries, cell), cell)}")
     for failure in (e for e in entries if e["case"] == "failure"):
         print(f"\nFAILED: {failure['kind']} {failure['level']:.0%} {failure['design']} "
               f"(prompts {_prompt(failure)}): {failure['error'].splitlines()[0]}")
@@ -543,6 +591,36 @@ def report(entries: list[dict[str, Any]]) -> None:
           f"{TARGET_DETECTION[0.05]:.0%} at 5 %; A/A regressed <= {TARGET_FALSE_ALARMS:.0%};"
           f" median decision <= {TARGET_DECISION_S:.0f} s. 'measured / true': the design's "
           "median pair effect over the solo one.")
+
+
+def _replayed(done: list[dict[str, Any]], cell: Cell) -> str:
+    """A/A decisions replayed from the cell's recorded pairs: each redraws pairs (with
+    their covariate values) up to the most pairs a real decision of the cell reached and
+    is judged block by block as the gate judges; its "regressed" is a false alarm. Many
+    more decisions than can be measured bound the rate far tighter, at the price of
+    independent draws: a real run's drift from pair to pair is not redrawn."""
+    metric = cell.metric
+    pooled = [(float(b), float(c)) for e in done for b, c in e["pairs"].get(metric, [])]
+    owns = [_entry_covariates(e).get(metric) or [] for e in done]
+    widths = {len(own) for own in owns}
+    # Adjusted only where every decision was adjusted alike; else the raw pairs.
+    columns = ([[value for own in owns for value in own[k]] for k in range(widths.pop())]
+               if len(widths) == 1 else [])
+    longest = max((len(e["pairs"].get(metric, [])) for e in done), default=0)
+    rule = AbRule()
+    if longest < rule.min_pairs:
+        return f"{cell.kind} {cell.design}, replayed: too few pairs"
+    rate = resampled_false_alarm_rate(
+        pooled, rule, METRICS[metric].direction, trials=REPLAY_TRIALS,
+        pairs_per_decision=longest, seed=0, sequential=True,
+        min_change=METRICS[metric].min_change, covariates=columns or None)
+    alarms = round(rate * REPLAY_TRIALS)
+    low, high = wilson_interval(alarms, REPLAY_TRIALS)
+    adjusted = "each with its covariate" if columns else "raw"
+    return (f"{cell.kind} {cell.design}, replayed: {REPLAY_TRIALS} decisions of up to "
+            f"{longest} pairs redrawn from the {len(pooled)} recorded A/A pairs ({adjusted}), "
+            f"judged block by block: regressed {alarms}/{REPLAY_TRIALS} ({low:.1%} to "
+            f"{high:.1%}) (independent draws: a real run's drift is not redrawn).")
 
 
 def _extensions(done: list[dict[str, Any]]) -> str:

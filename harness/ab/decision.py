@@ -294,20 +294,23 @@ def _judge(baseline: Sequence[float], candidate: Sequence[float], direction: Dir
 
 
 def _verdict(sample: Sequence[tuple[float, float]], direction: Direction,
-             rule: AbRule, min_change: float) -> AbVerdict:
+             rule: AbRule, min_change: float,
+             covariates: Sequence[Sequence[float]] | None = None) -> AbVerdict:
     return _judge([b for b, _ in sample], [c for _, c in sample], direction, rule,
-                  min_change).verdict
+                  min_change, covariates=covariates).verdict
 
 
 def _sequential_verdict(sample: Sequence[tuple[float, float]], direction: Direction,
-                        rule: AbRule, min_change: float) -> AbVerdict:
+                        rule: AbRule, min_change: float,
+                        covariates: Sequence[Sequence[float]] | None = None) -> AbVerdict:
     # Look as the gate does: after each block, from min_pairs on, stopping at the first
     # verdict. Every look is a chance of a false alarm, which one fixed-size look misses.
     step = rule.pairs_per_block
     for n in range(step, len(sample) + 1, step):
         if n < rule.min_pairs:
             continue
-        verdict = _verdict(sample[:n], direction, rule, min_change)
+        looked = [column[:n] for column in covariates] if covariates else None
+        verdict = _verdict(sample[:n], direction, rule, min_change, looked)
         if verdict is not AbVerdict.UNKNOWN:
             return verdict
     return AbVerdict.UNKNOWN
@@ -316,7 +319,8 @@ def _sequential_verdict(sample: Sequence[tuple[float, float]], direction: Direct
 def resampled_false_alarm_rate(pairs: Sequence[tuple[float, float]], rule: AbRule,
                                direction: Direction, *, trials: int,
                                pairs_per_decision: int, seed: int,
-                               sequential: bool = False, min_change: float = 0.0) -> float:
+                               sequential: bool = False, min_change: float = 0.0,
+                               covariates: Sequence[Sequence[float]] | None = None) -> float:
     """The share of decisions that say regressed, on pairs redrawn from an A/A run.
 
     ``pairs``: recorded (baseline, candidate) samples of one metric where both arms
@@ -327,6 +331,9 @@ def resampled_false_alarm_rate(pairs: Sequence[tuple[float, float]], rule: AbRul
     first verdict (looks at whole blocks only: pairs past the last whole block are
     drawn but not judged), rather than once on all its pairs. ``min_change``: the
     metric's absolute floor, as the gate applies it (:func:`effective_threshold`).
+    ``covariates``: columns of one value per recorded pair (harness/ab/covariate.py);
+    each redrawn pair keeps its own values, and every look is adjusted by them as the
+    gate adjusts its pairs.
     """
     if not pairs:
         raise ValueError("resampling needs at least one recorded pair")
@@ -336,8 +343,18 @@ def resampled_false_alarm_rate(pairs: Sequence[tuple[float, float]], rule: AbRul
         # Every decision would be unknown, and the rate a meaningless 0.
         raise ValueError(f"pairs per decision {pairs_per_decision} must be at least the "
                          f"rule's min pairs ({rule.min_pairs})")
+    for column in covariates or ():
+        if len(column) != len(pairs):
+            raise ValueError(f"a covariate needs one value per recorded pair: "
+                             f"{len(column)} for {len(pairs)} pairs")
     rng = random.Random(seed)
     judge = _sequential_verdict if sequential else _verdict
-    alarms = sum(judge(rng.choices(pairs, k=pairs_per_decision), direction, rule,
-                       min_change) == AbVerdict.REGRESSED for _ in range(trials))
+    alarms = 0
+    for _ in range(trials):
+        # Indices, so a pair's covariate values travel with it.
+        drawn = rng.choices(range(len(pairs)), k=pairs_per_decision)
+        columns = ([[column[i] for i in drawn] for column in covariates]
+                   if covariates else None)
+        alarms += judge([pairs[i] for i in drawn], direction, rule, min_change,
+                        columns) == AbVerdict.REGRESSED
     return alarms / trials
