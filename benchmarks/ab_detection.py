@@ -595,8 +595,8 @@ def report(entries: list[dict[str, Any]]) -> None:
 
 def _replayed(done: list[dict[str, Any]], cell: Cell) -> str:
     """A/A decisions replayed from the cell's recorded pairs: each redraws pairs (with
-    their covariate values) up to the most pairs a real decision of the cell reached and
-    is judged block by block as the gate judges; its "regressed" is a false alarm. Many
+    their covariate values) up to as many as the budget and its extension hold and is
+    judged block by block as the gate judges; its "regressed" is a false alarm. Many
     more decisions than can be measured bound the rate far tighter, at the price of
     independent draws: a real run's drift from pair to pair is not redrawn."""
     metric = cell.metric
@@ -606,21 +606,26 @@ def _replayed(done: list[dict[str, Any]], cell: Cell) -> str:
     # Adjusted only where every decision was adjusted alike; else the raw pairs.
     columns = ([[value for own in owns for value in own[k]] for k in range(widths.pop())]
                if len(widths) == 1 else [])
-    longest = max((len(e["pairs"].get(metric, [])) for e in done), default=0)
     rule = AbRule()
-    if longest < rule.min_pairs:
+    timed = [e["elapsed_s"] / len(e["pairs"][metric]) for e in done if e["pairs"].get(metric)]
+    if len(pooled) < rule.min_pairs or not timed:
         return f"{cell.kind} {cell.design}, replayed: too few pairs"
+    # As many pairs as the budget and its extension hold at the cell's pace: a real A/A
+    # decision that stays unknown goes on that long, and every look is a chance to alarm.
+    seconds = statistics.median(timed)
+    horizon = max(rule.min_pairs, int((rule.budget_s + AB_EXTEND_S) / seconds))
     rate = resampled_false_alarm_rate(
         pooled, rule, METRICS[metric].direction, trials=REPLAY_TRIALS,
-        pairs_per_decision=longest, seed=0, sequential=True,
+        pairs_per_decision=horizon, seed=0, sequential=True,
         min_change=METRICS[metric].min_change, covariates=columns or None)
     alarms = round(rate * REPLAY_TRIALS)
     low, high = wilson_interval(alarms, REPLAY_TRIALS)
     adjusted = "each with its covariate" if columns else "raw"
     return (f"{cell.kind} {cell.design}, replayed: {REPLAY_TRIALS} decisions of up to "
-            f"{longest} pairs redrawn from the {len(pooled)} recorded A/A pairs ({adjusted}), "
-            f"judged block by block: regressed {alarms}/{REPLAY_TRIALS} ({low:.1%} to "
-            f"{high:.1%}) (independent draws: a real run's drift is not redrawn).")
+            f"{horizon} pairs (the budget and its extension at {seconds:.1f} s a pair), "
+            f"redrawn from the {len(pooled)} recorded A/A pairs ({adjusted}) and judged "
+            f"block by block: regressed {alarms}/{REPLAY_TRIALS} ({low:.1%} to {high:.1%}); "
+            "independent draws: a real run's drift is not redrawn.")
 
 
 def _extensions(done: list[dict[str, Any]]) -> str:
