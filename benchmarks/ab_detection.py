@@ -71,18 +71,14 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from noisy_neighbour import NoisyNeighbour
 
 from harness import modelgen
-from harness.ab.covariate import (
-    BOTH_COVARIATES,
-    MACHINE_COVARIATE,
-    SLOT_COVARIATE,
-    slot_of,
-)
+from harness.ab.covariate import chosen_columns, machine_ratio, slot_of
 from harness.ab.decision import (
     AB_EXTEND_S,
     AbRule,
@@ -170,10 +166,7 @@ def _pairs_by_metric(body: dict[str, Any]) -> tuple[Pairs, Columns, Columns]:
         if {"baseline", "candidate"} <= set(arms):
             base, cand = arms["baseline"], arms["candidate"]
             slot = slot_of(base["sequence"], cand["sequence"], base["half"], cand["half"])
-            base_speed, cand_speed = base.get("machine"), cand.get("machine")
-            moved = (math.log(cand_speed) - math.log(base_speed)
-                     if base_speed and cand_speed and base_speed > 0 and cand_speed > 0
-                     else None)
+            moved = machine_ratio(base.get("machine"), cand.get("machine"))
             for metric in AB_METRICS:
                 if metric in base["values"] and metric in cand["values"]:
                     pairs.setdefault(metric, []).append(
@@ -209,17 +202,13 @@ def _entry_covariates(entry: dict[str, Any]) -> dict[str, list[list[float]]]:
     """Per metric, the covariate columns a logged decision's rule adjusted by, as the gate
     takes them (harness/ab/covariate.py covariates_for): none for raw pairs, and none
     for a metric whose machine speed was not read (or a log from before it was kept)."""
-    used = entry.get("covariate")
+    used = str(entry.get("covariate"))
+    slots: Columns = entry.get("slots", {})
+    machine: Columns = entry.get("machine", {})
     found: dict[str, list[list[float]]] = {}
     for metric in entry["pairs"]:
-        columns = []
-        if used in (SLOT_COVARIATE, BOTH_COVARIATES):
-            columns.append(entry["slots"][metric])
-        if used in (MACHINE_COVARIATE, BOTH_COVARIATES):
-            machine = entry.get("machine", {}).get(metric)
-            if machine is None:
-                continue
-            columns.append(machine)
+        columns = chosen_columns(used, partial(slots.__getitem__, metric),
+                                 partial(machine.get, metric))
         if columns:
             found[metric] = columns
     return found

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from harness.ab.design import BASELINE, CANDIDATE, Sample
@@ -94,25 +94,41 @@ def machine_covariate(samples: Sequence[Sample], metric: str) -> list[float] | N
         arms = by_pair[pair]
         if BASELINE not in arms or CANDIDATE not in arms:
             continue
-        base, cand = arms[BASELINE].machine, arms[CANDIDATE].machine
-        if base is None or cand is None or base <= 0 or cand <= 0:
+        ratio = machine_ratio(arms[BASELINE].machine, arms[CANDIDATE].machine)
+        if ratio is None:
             return None
-        ratios.append(math.log(cand) - math.log(base))
+        ratios.append(ratio)
     return ratios
+
+
+def machine_ratio(baseline: float | None, candidate: float | None) -> float | None:
+    """One pair's machine covariate: the log ratio of the machine's speed around the
+    candidate's start over the baseline's (None: a start without a reading)."""
+    if baseline is None or candidate is None or baseline <= 0 or candidate <= 0:
+        return None
+    return math.log(candidate) - math.log(baseline)
 
 
 def covariates_for(name: str, samples: Sequence[Sample],
                    metric: str) -> list[list[float]] | None:
     """The covariate columns ``--covariate name`` adjusts ``metric``'s pairs by (None:
     none, or the machine's speed was not read)."""
+    return chosen_columns(name, lambda: slot_covariate(samples, metric),
+                          lambda: machine_covariate(samples, metric))
+
+
+def chosen_columns(name: str, slots: Callable[[], list[float]],
+                   machine: Callable[[], list[float] | None]) -> list[list[float]] | None:
+    """The columns ``--covariate name`` takes, of a pair list's slot column and machine
+    column (each read only when named; None: none, or no machine column)."""
     columns = []
     if name in (SLOT_COVARIATE, BOTH_COVARIATES):
-        columns.append(slot_covariate(samples, metric))
+        columns.append(slots())
     if name in (MACHINE_COVARIATE, BOTH_COVARIATES):
-        machine = machine_covariate(samples, metric)
-        if machine is None:
+        read = machine()
+        if read is None:
             return None
-        columns.append(machine)
+        columns.append(read)
     return columns or None
 
 
