@@ -178,6 +178,10 @@ def test_upload_list_get_and_repeat(service: Service, tmp_path: Path) -> None:
         assert run_from_json(detail["run"]) == run
         assert client.get("/api/runs/nope").status_code == 404
         assert client.get("/api/runs/..%2Fetc").status_code == 404
+        # A run id of "/" (or a trailing slash) names no run: a 404, not a redirect to
+        # the list of runs (the route fuzz test found GET /api/runs/%2F -> 307).
+        for path in ("/api/runs/%2F", "/api/runs/", "/api/runs/run-1/"):
+            assert client.get(path, follow_redirects=False).status_code == 404, path
         assert client.get("/api/runs", params={"branch": "other"}).json()["runs"] == []
         assert client.get("/api/runs", params={"limit": "0"}).status_code == 400
 

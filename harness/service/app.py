@@ -519,6 +519,10 @@ def create_app(settings: ServiceSettings,
         middleware=[Middleware(RequestGuard)],
         lifespan=lifespan,
     )
+    # One URL per resource: Starlette would answer a path that matches no route but ends
+    # in "/" with a redirect to the path without it, so GET /api/runs/%2F (a request for
+    # the run "/") was sent to the list of runs. Such a path is a 404 instead.
+    app.router.redirect_slashes = False
     app.state.service = service
     app.state.dashboard = dashboard
     log.info("results service on %s, data in %s", store.url_for_display, settings.data_dir)
