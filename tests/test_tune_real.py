@@ -129,14 +129,17 @@ def test_a_card_at_its_best_holds_across_runs(harness_build: BuildUnderTest,
 def test_a_drafter_whose_drafts_are_never_accepted_loses_to_no_drafter(
         harness_build: BuildUnderTest, tmp_path: Path) -> None:
     """The MTP fixture's head has random weights: its drafts are rejected, so each token
-    costs the draft as well (measured here: decode x1.25, interval 1.09-1.42)."""
+    costs the draft as well (measured: decode x1.25, interval 1.09-1.42, on one 2-core
+    VM; x1.14, 1.06-1.18, on another). The comparison stops once the interval clears the
+    5 % threshold (16 s here); 60 s once ran out before it did, with the effect that
+    close to the threshold, so the budget is 150 s."""
     assert harness_build.info is not None
     bundle = modelgen.ensure_fixtures().bundle("fused-mtp")
     done = subprocess.run(
         [HARNESS, "tune", "--bundle", str(bundle), "--gpu", CARD_NAME, "--vram-mib", "24564",
          "--configs", str(card_folder(tmp_path / "configs", batch=2048, ubatch=512)),
          "--build", harness_build.info.key, "--vary", "drafter", "--metric", "decode_tps",
-         "--top", "1", "--budget-s", "60", "--json"],
+         "--top", "1", "--budget-s", "150", "--json"],
         capture_output=True, text=True, timeout=400, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads(done.stdout)
