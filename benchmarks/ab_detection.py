@@ -304,6 +304,8 @@ class Bench:
                   "verdict": decided["verdict"],
                   "decided_after_s": decided["decided_after_s"],
                   "elapsed_s": body["elapsed_s"], "extended_s": body["extended_s"],
+                  # The replay of A/A decisions runs as long as this run's rule allowed.
+                  "budget_s": rule.budget_s, "extend_s": rule.extend_s,
                   "seed": body["seed"],
                   "effect": _median_effect(pairs.get(metric, []), metric),
                   "covariate": settings.covariate, "slots": slots, "machine": machine,
@@ -601,8 +603,12 @@ def _replayed(done: list[dict[str, Any]], cell: Cell) -> str:
         return f"{cell.kind} {cell.design}, replayed: too few pairs"
     # As many pairs as the budget and its extension hold at the cell's pace: a real A/A
     # decision that stays unknown goes on that long, and every look is a chance to alarm.
+    # The run's own budget and extension where its log records them (older logs: the
+    # defaults, which those runs used).
     seconds = statistics.median(timed)
-    horizon = max(rule.min_pairs, int((rule.budget_s + AB_EXTEND_S) / seconds))
+    allowed = statistics.median(
+        e.get("budget_s", rule.budget_s) + e.get("extend_s", AB_EXTEND_S) for e in done)
+    horizon = max(rule.min_pairs, int(allowed / seconds))
     rate = resampled_false_alarm_rate(
         pooled, rule, METRICS[metric].direction, trials=REPLAY_TRIALS,
         pairs_per_decision=horizon, seed=0, sequential=True,
