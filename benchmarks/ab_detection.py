@@ -4,7 +4,7 @@ against ground truth measured solo?
     .venv/bin/python benchmarks/ab_detection.py [--kinds all] [--levels 0.10]
         [--designs sequential,interleaved,duet] [--decisions sequential=20,duet=6,...]
         [--aa 0] [--aa-neighbour 0] [--sampling gate|plain]
-        [--n-prompt 32] [--ttft-prompt auto] [--log ab-detection.jsonl]
+        [--n-prompt 32] [--ttft-prompt auto] [--log ab-detection.jsonl ...]
         [--budget-s 180] [--extend-s 180]
         [--deadline-s S] [--report-only]
 
@@ -55,7 +55,11 @@ Every probe and decision is appended to ``--log`` (JSONL) when made, so a stoppe
 resumes; the table judges each decision's pairs again with today's rule (a log made
 before a rule change reads as the rule now decides); decisions go round robin over the
 cells (kind, level, design), so a run cut short by ``--deadline-s`` has figures for
-each. The table is printed from the whole log.
+each. The table is printed from the whole log. A log is one machine's: its amounts
+are sized on that machine's speed, so a run resumes a log only on the machine that
+began it. ``--report-only`` with ``--log`` given once per machine prints each log's
+table and then each cell's verdicts pooled over the logs (benchmarks/results/ keeps the
+logs of the runs docs/ab.md reports).
 Targets: detection >= 95 % at a true 10 %, >= 80 % at 5 %; false alarms <= 1 %; median
 decision <= 90 s.
 """
@@ -227,6 +231,8 @@ class Cell:
         return "decode_tps" if _is_aa(self.kind) else SLOWDOWN_BY_NAME[self.kind].moves
 
 
+#: ``--log``'s default: one machine's log, in the working folder.
+DEFAULT_LOG = Path("ab-detection.jsonl")
 #: ``--sampling``: ``harness ab``'s defaults (the probe sizes decode tokens and warm-up,
 #: the client is pinned, the machine covariate), or the plain measurement logs before them
 #: used (64 tokens x 5, no warm-up, raw pairs).
@@ -523,12 +529,44 @@ def _median_time(entries: list[dict[str, Any]]) -> str:
     return f"{statistics.median(times):.0f} s" if times else "—"
 
 
+def _cells(entries: list[dict[str, Any]]) -> list[Cell]:
+    """The log's cells with a decision, in the table's order."""
+    return sorted({Cell(e["kind"], e["level"], e["design"], _prompt(e)) for e in entries
+                   if e["case"] == "decision"},
+                  key=lambda c: (_is_aa(c.kind), c.kind, c.prompts, -c.level,
+                                 DESIGNS.index(c.design)))
+
+
+def _kind_label(cell: Cell) -> str:
+    """The cell's kind, with its prompt settings where they are not the default."""
+    return (cell.kind if cell.prompts == Cell.prompts
+            else f"{cell.kind} (prompts {cell.prompts})")
+
+
+def pooled_report(logs: dict[str, list[dict[str, Any]]]) -> None:
+    """Each cell's decisions over several logs (machines), judged with today's rule.
+
+    Only the verdicts and times pool: each log sized its own amount on its own machine
+    for the same level, so the truths stay in each log's own table."""
+    cells = _cells([e for entries in logs.values() for e in entries])
+    print(f"\nPooled over {len(logs)} logs ({', '.join(logs)}):")
+    print("\n| kind | level | design | decisions (per log) | regressed (95 %) | unchanged | "
+          "unknown | decision (median) | extended past the budget |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for cell in cells:
+        per_log = [_decisions(entries, cell) for entries in logs.values()]
+        done = [e for found in per_log for e in found]
+        verdicts = Counter(_attribution(e["pairs"], AbRule(), _entry_covariates(e))[cell.metric]
+                           for e in done)
+        print(f"| {_kind_label(cell)} | {cell.level:.0%} | {cell.design} | {len(done)} "
+              f"({' + '.join(str(len(found)) for found in per_log)}) | "
+              f"{_rate(verdicts['regressed'], len(done))} | {verdicts['unchanged']} | "
+              f"{verdicts['unknown']} | {_median_time(done)} | {_extensions(done)} |")
+
+
 def report(entries: list[dict[str, Any]]) -> None:
     """The markdown table of the whole log: one row per kind, level and design."""
-    cells = sorted({Cell(e["kind"], e["level"], e["design"], _prompt(e)) for e in entries
-                    if e["case"] == "decision"},
-                   key=lambda c: (_is_aa(c.kind), c.kind, c.prompts, -c.level,
-                                  DESIGNS.index(c.design)))
+    cells = _cells(entries)
     print("\n| kind | level | amount | true (solo, 95 %) | true (constructed, 95 %) | "
           "design | decisions | regressed (95 %) | unchanged | unknown | measured / true | "
           "attributed to | decision (median) | extended past the budget |")
@@ -554,8 +592,7 @@ def report(entries: list[dict[str, Any]]) -> None:
                              found.items() if verdict == AbVerdict.REGRESSED.value)
         attributed_text = ", ".join(f"{m} {n}/{len(done)}" for m, n in
                                     attributed.most_common()) or "none"
-        kind = (cell.kind if cell.prompts == Cell.prompts
-                else f"{cell.kind} (prompts {cell.prompts})")
+        kind = _kind_label(cell)
         chosen = sorted({e["ttft_prompt"] for e in done if e.get("ttft_prompt")})
         if chosen and cell.prompts.endswith("/auto"):
             kind += f" (first token on {', '.join(map(str, chosen))})"
@@ -657,7 +694,10 @@ def main() -> None:
                         help="prompt tokens of the timed completions")
     parser.add_argument("--ttft-prompt", default="auto",
                         help="prompt tokens of the first-token requests, or auto")
-    parser.add_argument("--log", type=Path, default=Path("ab-detection.jsonl"))
+    parser.add_argument("--log", type=Path, action="append",
+                        help="the JSONL log (default ab-detection.jsonl); with "
+                        "--report-only it may be given once per machine, and the cells "
+                        "are also pooled over the logs")
     parser.add_argument("--budget-s", type=float, default=AbRule().budget_s)
     parser.add_argument("--extend-s", type=float, default=AB_EXTEND_S,
                         help="seconds past the budget while a shown change straddles the "
@@ -680,11 +720,19 @@ def main() -> None:
         raise SystemExit(f"--kinds: unknown {', '.join(unknown)}")
     designs = [d for d in args.designs.split(",") if d]
     counts = _counts(args.decisions)
+    logs: list[Path] = args.log or [DEFAULT_LOG]
     if args.report_only:
-        report(_entries(args.log))
+        for log in logs:
+            if len(logs) > 1:
+                print(f"\n### {log}")
+            report(_entries(log))
+        if len(logs) > 1:
+            pooled_report({str(log): _entries(log) for log in logs})
         return
+    if len(logs) > 1:
+        raise SystemExit("--log: a run appends to one log; give several with --report-only")
     ttft_prompt = None if args.ttft_prompt == "auto" else int(args.ttft_prompt)
-    bench = Bench(args.log, AbRule(budget_s=args.budget_s, extend_s=args.extend_s),
+    bench = Bench(logs[0], AbRule(budget_s=args.budget_s, extend_s=args.extend_s),
                   args.n_prompt, ttft_prompt, args.sampling)
     cells = [Cell(kind, float(level), design, bench.prompts)
              for level in args.levels.split(",") for kind in kinds for design in designs]
