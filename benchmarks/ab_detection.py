@@ -537,6 +537,12 @@ def _cells(entries: list[dict[str, Any]]) -> list[Cell]:
                                  DESIGNS.index(c.design)))
 
 
+def _judged_today(decision: dict[str, Any]) -> dict[str, str]:
+    """A logged decision's pairs judged for every metric with today's rule (a log made
+    before a rule change reads as the rule now decides)."""
+    return _attribution(decision["pairs"], AbRule(), _entry_covariates(decision))
+
+
 def _kind_label(cell: Cell) -> str:
     """The cell's kind, with its prompt settings where they are not the default."""
     return (cell.kind if cell.prompts == Cell.prompts
@@ -556,8 +562,7 @@ def pooled_report(logs: dict[str, list[dict[str, Any]]]) -> None:
     for cell in cells:
         per_log = [_decisions(entries, cell) for entries in logs.values()]
         done = [e for found in per_log for e in found]
-        verdicts = Counter(_attribution(e["pairs"], AbRule(), _entry_covariates(e))[cell.metric]
-                           for e in done)
+        verdicts = Counter(_judged_today(e)[cell.metric] for e in done)
         print(f"| {_kind_label(cell)} | {cell.level:.0%} | {cell.design} | {len(done)} "
               f"({' + '.join(str(len(found)) for found in per_log)}) | "
               f"{_rate(verdicts['regressed'], len(done))} | {verdicts['unchanged']} | "
@@ -577,7 +582,7 @@ def report(entries: list[dict[str, Any]]) -> None:
         amount = done[0]["amount"]
         # Judged again with today's rule: a log made before a rule change reads as the
         # rule now decides those pairs (each decision's pairs end where it stopped).
-        judged = [_attribution(e["pairs"], AbRule(), _entry_covariates(e)) for e in done]
+        judged = [_judged_today(e) for e in done]
         verdicts = Counter(found[cell.metric] for found in judged)
         pairs = [tuple(p) for e in done for p in e["pairs"].get(cell.metric, [])]
         measured = _median_effect(pairs, cell.metric)
@@ -722,12 +727,13 @@ def main() -> None:
     counts = _counts(args.decisions)
     logs: list[Path] = args.log or [DEFAULT_LOG]
     if args.report_only:
-        for log in logs:
-            if len(logs) > 1:
-                print(f"\n### {log}")
-            report(_entries(log))
-        if len(logs) > 1:
-            pooled_report({str(log): _entries(log) for log in logs})
+        read = {str(log): _entries(log) for log in logs}
+        for name, entries in read.items():
+            if len(read) > 1:
+                print(f"\n### {name}")
+            report(entries)
+        if len(read) > 1:
+            pooled_report(read)
         return
     if len(logs) > 1:
         raise SystemExit("--log: a run appends to one log; give several with --report-only")
