@@ -3,7 +3,7 @@ against ground truth measured solo?
 
     .venv/bin/python benchmarks/ab_detection.py [--kinds all] [--levels 0.10]
         [--designs sequential,interleaved,duet] [--decisions sequential=20,duet=6,...]
-        [--aa 0] [--aa-neighbour 0] [--sampling gate|plain]
+        [--aa 0] [--aa-neighbour 0] [--aa-patched 0] [--sampling gate|plain]
         [--n-prompt 32] [--ttft-prompt auto] [--log ab-detection.jsonl ...]
         [--budget-s 180] [--extend-s 180]
         [--deadline-s S] [--report-only]
@@ -37,7 +37,13 @@ and each level (a fraction: 0.10 is 10 % worse on the metric the kind moves):
 
 ``--aa N`` adds N A/A decisions per design (the pinned build as both arms): false alarms;
 ``--aa-neighbour N`` N more, each beside a noisy neighbour (benchmarks/noisy_neighbour.py:
-a build of the pinned tree looping on the same cores), row ``aa+build``. Each A/A row is
+a build of the pinned tree looping on the same cores), row ``aa+build``;
+``--aa-patched N`` N more with the slowed build, every slowdown unset, as the candidate,
+row ``aa+patch``: the patch's own cost, which the decode wait's constructed truth takes
+to be nil (the patch touches the decode loop and ggml-cpu.c, so the compiler may lay the
+hot code out differently). Each A/A row's pairs give their median effect and its
+interval under the table: about 0 for a plain A/A, the patch's cost for ``aa+patch``.
+Each A/A row is
 also **replayed**: 1000 decisions redrawn from its recorded pairs (each with its
 covariate values) and judged block by block as the gate judges, which bounds the false
 alarm rate far below what 20 measured decisions can (0 of 20 only says under 16 %), at
@@ -79,6 +85,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from ab_by_size import print_by_size
 from noisy_neighbour import NoisyNeighbour
 
 from harness import modelgen
@@ -246,10 +253,12 @@ SAMPLINGS: dict[str, dict[str, Any]] = {
 
 #: The A/A cell measured beside a noisy neighbour (benchmarks/noisy_neighbour.py).
 AA_NEIGHBOUR = "aa+build"
+#: The A/A row whose candidate is the slowed build with every slowdown unset.
+AA_PATCHED = "aa+patch"
 
 
 def _is_aa(kind: str) -> bool:
-    return kind in ("aa", AA_NEIGHBOUR)
+    return kind in ("aa", AA_NEIGHBOUR, AA_PATCHED)
 
 
 class Bench:
@@ -297,7 +306,9 @@ class Bench:
                               metrics=(metric,), validated=frozenset(AB_METRICS),
                               n_prompt=self.n_prompt, ttft_prompt=ttft_prompt,
                               **self.sampling)
-        if _is_aa(kind):
+        if kind == AA_PATCHED:
+            candidate, env = self.slowed, self.plain
+        elif _is_aa(kind):
             candidate, env = replace(self.pinned, label="candidate"), self.plain
         else:
             candidate = self.slowed
@@ -567,6 +578,21 @@ def pooled_report(logs: dict[str, list[dict[str, Any]]]) -> None:
               f"({' + '.join(str(len(found)) for found in per_log)}) | "
               f"{_rate(verdicts['regressed'], len(done))} | {verdicts['unchanged']} | "
               f"{verdicts['unknown']} | {_median_time(done)} | {_extensions(done)} |")
+    _by_size([e for entries in logs.values() for e in entries])
+
+
+def _by_size(entries: list[dict[str, Any]]) -> None:
+    """The constructed kinds' decisions counted by the size their amount made at each
+    decision's own baseline speed (benchmarks/ab_by_size.py): a machine's speed drifts
+    from the one its amounts were sized at."""
+    for kind in sorted(CONSTRUCTED):
+        metric = SLOWDOWN_BY_NAME[kind].moves
+        print_by_size([e for e in entries if e["case"] == "decision" and e["kind"] == kind],
+                      metric, partial(_verdict_today, metric=metric))
+
+
+def _verdict_today(decision: dict[str, Any], metric: str) -> str:
+    return _judged_today(decision)[metric]
 
 
 def report(entries: list[dict[str, Any]]) -> None:
@@ -609,14 +635,26 @@ def report(entries: list[dict[str, Any]]) -> None:
               f"{_median_time(done)} | {_extensions(done)} |")
     for cell in cells:
         if cell.kind in CONSTRUCTED:
-            amount = _decisions(entries, cell)[0]["amount"]
+            done = _decisions(entries, cell)
+            amount = done[0]["amount"]
             extra = _us_text(_extra_token_us(_solo_pairs(entries, cell, amount)))
+            # The design's own pairs: many more than the solo ones, so a narrow interval,
+            # but measured by the design under test (a check of the construction only).
+            by_design = _us_text(_extra_token_us(
+                tuple(p) for e in done for p in e["pairs"].get(cell.metric, [])))
             print(f"\n{cell.kind} {cell.level:.0%}: the wait is {amount} µs a token; the solo "
                   f"pairs measured {extra} a token (the constructed truth holds where "
-                  "these agree).")
+                  f"these agree); the {cell.design} decisions' pairs {by_design}.")
     for cell in cells:
         if _is_aa(cell.kind):
+            higher = _higher_is_better(cell.metric)
+            effects = [effect(c / b, higher) for e in _decisions(entries, cell)
+                       for b, c in e["pairs"].get(cell.metric, [])]
+            print(f"\n{cell.kind} {cell.design}: the pairs' median effect "
+                  f"{_interval_text(effects)} (a change of the "
+                  "candidate's own, not the design's: a plain A/A's is about 0).")
             print(f"\n{_replayed(_decisions(entries, cell), cell)}")
+    _by_size(entries)
     for failure in (e for e in entries if e["case"] == "failure"):
         print(f"\nFAILED: {failure['kind']} {failure['level']:.0%} {failure['design']} "
               f"(prompts {_prompt(failure)}): {failure['error'].splitlines()[0]}")
@@ -683,6 +721,19 @@ def _counts(text: str) -> dict[str, int]:
     return counts
 
 
+def _wanted(args: argparse.Namespace, kinds: list[str], designs: list[str],
+            prompts: str) -> dict[Cell, int]:
+    """Each cell the run measures, in round-robin order, and its decisions wanted."""
+    counts = _counts(args.decisions)
+    wanted = {Cell(kind, float(level), design, prompts): counts[design]
+              for level in args.levels.split(",") for kind in kinds for design in designs}
+    for kind, count in (("aa", args.aa), (AA_NEIGHBOUR, args.aa_neighbour),
+                        (AA_PATCHED, args.aa_patched)):
+        if count:
+            wanted.update({Cell(kind, 0.0, design, prompts): count for design in designs})
+    return wanted
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kinds", default="all",
@@ -692,6 +743,9 @@ def main() -> None:
     parser.add_argument("--decisions", default="", metavar="DESIGN=N,...",
                         help=f"decisions per cell by design (default {DEFAULT_DECISIONS})")
     parser.add_argument("--aa", type=int, default=0, help="A/A decisions per design")
+    parser.add_argument("--aa-patched", type=int, default=0,
+                        help="A/A decisions per design with the slowed build, every "
+                        "slowdown unset, as the candidate: the patch's own cost")
     parser.add_argument("--aa-neighbour", type=int, default=0,
                         help="A/A decisions per design beside a noisy neighbour (a build "
                         "of the pinned tree on the same cores)")
@@ -724,7 +778,6 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"--kinds: unknown {', '.join(unknown)}")
     designs = [d for d in args.designs.split(",") if d]
-    counts = _counts(args.decisions)
     logs: list[Path] = args.log or [DEFAULT_LOG]
     if args.report_only:
         read = {str(log): _entries(log) for log in logs}
@@ -740,13 +793,8 @@ def main() -> None:
     ttft_prompt = None if args.ttft_prompt == "auto" else int(args.ttft_prompt)
     bench = Bench(logs[0], AbRule(budget_s=args.budget_s, extend_s=args.extend_s),
                   args.n_prompt, ttft_prompt, args.sampling)
-    cells = [Cell(kind, float(level), design, bench.prompts)
-             for level in args.levels.split(",") for kind in kinds for design in designs]
-    cells += [Cell("aa", 0.0, design, bench.prompts) for design in designs if args.aa]
-    cells += [Cell(AA_NEIGHBOUR, 0.0, design, bench.prompts) for design in designs
-              if args.aa_neighbour]
-    wanted = {cell: (args.aa_neighbour if cell.kind == AA_NEIGHBOUR else args.aa
-                     if cell.kind == "aa" else counts[cell.design]) for cell in cells}
+    wanted = _wanted(args, kinds, designs, bench.prompts)
+    cells = list(wanted)
     if args.truth_s:
         for kind in kinds:
             for level in args.levels.split(","):
