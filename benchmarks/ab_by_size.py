@@ -66,12 +66,12 @@ def by_size_rows(decisions: Iterable[dict[str, Any]], metric: str,
 
 
 def print_by_size(decisions: Iterable[dict[str, Any]], metric: str,
-                  verdict_of: Callable[[dict[str, Any]], str]) -> None:
-    """The by-size table, or nothing where no decision has pairs."""
+                  verdict_of: Callable[[dict[str, Any]], str], label: str) -> None:
+    """The by-size table of ``label``'s decisions, or nothing where none has pairs."""
     rows = by_size_rows(decisions, metric, verdict_of)
     if not rows:
         return
-    print("\nDecode-wait decisions by the size the wait made at each decision (constructed "
+    print(f"\n{label}: the decisions by the size the wait made at each (constructed "
           "from the decision's own baseline speeds):")
     print("\n| size at the decision | design | decisions | regressed (95 %) | unchanged | "
           "unknown | size, median | decision (median) |")

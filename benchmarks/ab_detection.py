@@ -587,8 +587,12 @@ def _by_size(entries: list[dict[str, Any]]) -> None:
     from the one its amounts were sized at."""
     for kind in sorted(CONSTRUCTED):
         metric = SLOWDOWN_BY_NAME[kind].moves
-        print_by_size([e for e in entries if e["case"] == "decision" and e["kind"] == kind],
-                      metric, partial(_verdict_today, metric=metric))
+        decisions = [e for e in entries if e["case"] == "decision" and e["kind"] == kind]
+        # Kept apart per prompt settings and sampling, as the cells are.
+        for prompts in sorted({_prompt(e) for e in decisions}):
+            print_by_size([e for e in decisions if _prompt(e) == prompts], metric,
+                          partial(_verdict_today, metric=metric),
+                          f"{kind} (prompts {prompts})")
 
 
 def _verdict_today(decision: dict[str, Any], metric: str) -> str:
