@@ -21,7 +21,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from harness.ab.stats import wilson_interval
+from ab_table import median_time_text, rate_text
+
 from harness.builds.slowed import slowdown_of_wait
 
 #: Band width: each band is its centre ± half of this.
@@ -54,17 +55,14 @@ def by_size_rows(decisions: Iterable[dict[str, Any]], metric: str,
                 (size, decision))
     rows = []
     for (design, centre), members in sorted(groups.items()):
-        verdicts = Counter(verdict_of(d) for _, d in members)
-        n = len(members)
-        low, high = wilson_interval(verdicts["regressed"], n)
-        times = [d["decided_after_s"] for _, d in members
-                 if d.get("decided_after_s") is not None]
-        time_text = f"{statistics.median(times):.0f} s" if times else "—"
+        decided = [d for _, d in members]
+        verdicts = Counter(verdict_of(d) for d in decided)
         rows.append(
             f"| {centre:.0%} ({centre - BAND / 2:.1%} to {centre + BAND / 2:.1%}) | "
-            f"{design} | {n} | {verdicts['regressed']}/{n} ({low:.0%} to {high:.0%}) | "
+            f"{design} | {len(decided)} | {rate_text(verdicts['regressed'], len(decided))} | "
             f"{verdicts['unchanged']} | {verdicts['unknown']} | "
-            f"{statistics.median(s for s, _ in members):.1%} | {time_text} |")
+            f"{statistics.median(s for s, _ in members):.1%} | "
+            f"{median_time_text(decided)} |")
     return rows
 
 

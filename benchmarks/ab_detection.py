@@ -86,6 +86,7 @@ from pathlib import Path
 from typing import Any
 
 from ab_by_size import print_by_size
+from ab_table import median_time_text, rate_text
 from noisy_neighbour import NoisyNeighbour
 
 from harness import modelgen
@@ -528,18 +529,6 @@ def _us_text(values: list[float]) -> str:
     return f"{middle:+.0f} µs ({low:+.0f} to {high:+.0f})"
 
 
-def _rate(hits: int, total: int) -> str:
-    if total == 0:
-        return "none"
-    low, high = wilson_interval(hits, total)
-    return f"{hits}/{total} ({low:.0%} to {high:.0%})"
-
-
-def _median_time(entries: list[dict[str, Any]]) -> str:
-    times = [e["decided_after_s"] for e in entries if e["decided_after_s"] is not None]
-    return f"{statistics.median(times):.0f} s" if times else "—"
-
-
 def _cells(entries: list[dict[str, Any]]) -> list[Cell]:
     """The log's cells with a decision, in the table's order."""
     return sorted({Cell(e["kind"], e["level"], e["design"], _prompt(e)) for e in entries
@@ -576,8 +565,8 @@ def pooled_report(logs: dict[str, list[dict[str, Any]]]) -> None:
         verdicts = Counter(_judged_today(e)[cell.metric] for e in done)
         print(f"| {_kind_label(cell)} | {cell.level:.0%} | {cell.design} | {len(done)} "
               f"({' + '.join(str(len(found)) for found in per_log)}) | "
-              f"{_rate(verdicts['regressed'], len(done))} | {verdicts['unchanged']} | "
-              f"{verdicts['unknown']} | {_median_time(done)} | {_extensions(done)} |")
+              f"{rate_text(verdicts['regressed'], len(done))} | {verdicts['unchanged']} | "
+              f"{verdicts['unknown']} | {median_time_text(done)} | {_extensions(done)} |")
     _by_size([e for entries in logs.values() for e in entries])
 
 
@@ -633,10 +622,10 @@ def report(entries: list[dict[str, Any]]) -> None:
             kind += f" (first token on {', '.join(map(str, chosen))})"
         print(f"| {kind} | {cell.level:.0%} | {amount} | {truth_text} | "
               f"{constructed_text} | {cell.design} | "
-              f"{len(done)} | {_rate(verdicts['regressed'], len(done))} | "
+              f"{len(done)} | {rate_text(verdicts['regressed'], len(done))} | "
               f"{verdicts['unchanged']} | {verdicts['unknown']} | {ratio_text} | "
               f"{attributed_text} | "
-              f"{_median_time(done)} | {_extensions(done)} |")
+              f"{median_time_text(done)} | {_extensions(done)} |")
     for cell in cells:
         if cell.kind in CONSTRUCTED:
             done = _decisions(entries, cell)
@@ -651,13 +640,14 @@ def report(entries: list[dict[str, Any]]) -> None:
                   f"these agree); the {cell.design} decisions' pairs {by_design}.")
     for cell in cells:
         if _is_aa(cell.kind):
+            done = _decisions(entries, cell)
             higher = _higher_is_better(cell.metric)
-            effects = [effect(c / b, higher) for e in _decisions(entries, cell)
+            effects = [effect(c / b, higher) for e in done
                        for b, c in e["pairs"].get(cell.metric, [])]
             print(f"\n{cell.kind} {cell.design}: the pairs' median effect "
                   f"{_interval_text(effects)} (a change of the "
                   "candidate's own, not the design's: a plain A/A's is about 0).")
-            print(f"\n{_replayed(_decisions(entries, cell), cell)}")
+            print(f"\n{_replayed(done, cell)}")
     _by_size(entries)
     for failure in (e for e in entries if e["case"] == "failure"):
         print(f"\nFAILED: {failure['kind']} {failure['level']:.0%} {failure['design']} "
