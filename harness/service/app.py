@@ -124,7 +124,9 @@ ROUTE_STATUSES: dict[tuple[str, str], frozenset[int]] = {
     ("GET", "/api/history"): frozenset({200, 400}),
     **DASHBOARD_STATUSES,
     ("GET", "/runs/{run_id}/report"): frozenset({307, 404}),
-    ("GET", "/runs/{run_id}/report/{path:path}"): frozenset({200, 202, 400, 404}),
+    # 307: a path of "." is a dot segment; the client folds ".../report/." into
+    # ".../report", the report root, whose answer is its redirect.
+    ("GET", "/runs/{run_id}/report/{path:path}"): frozenset({200, 202, 307, 400, 404}),
     ("GET", "/healthz"): frozenset({200}),
 }
 #: A bisect object: ~20 probes of a few hundred bytes each; its evidence is capped.
