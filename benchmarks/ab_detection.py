@@ -33,7 +33,10 @@ and each level (a fraction: 0.10 is 10 % worse on the metric the kind moves):
    about as narrow as the baseline speed's own median, well under the size; the solo
    measurement beside it checks the construction. The decode wait is sized by that
    construction from the baseline's speed, without probes (a 40 s probe's own spread,
-   ±4 % here, would move a 3 % size more than it corrects it).
+   ±4 % here, would move a 3 % size more than it corrects it). Where ``--truth-s``'s
+   solo run settles the size away from the level (on two of five VMs a wait cost more
+   than its length), the wait is sized once more from its solo cost per µs
+   (benchmarks/ab_solo_sizing.py) and measured solo again; the decisions use that wait.
 
 ``--aa N`` adds N A/A decisions per design (the pinned build as both arms): false alarms;
 ``--aa-neighbour N`` N more, each beside a noisy neighbour (benchmarks/noisy_neighbour.py:
@@ -86,6 +89,7 @@ from pathlib import Path
 from typing import Any
 
 from ab_by_size import print_by_size
+from ab_solo_sizing import median_interval, resized_wait
 from ab_table import median_time_text, rate_text
 from noisy_neighbour import NoisyNeighbour
 
@@ -135,8 +139,6 @@ FIXED_AMOUNTS = {"threads": 2 * len(os.sched_getaffinity(0))}
 #: Kinds whose size follows from the amount and the baseline's speed alone (a wall-time
 #: wait per token): sized and given a constructed truth without probes.
 CONSTRUCTED = frozenset({"decode-wait"})
-#: The fewest solo pairs a median's interval is given for.
-MIN_INTERVAL_PAIRS = 6
 #: A/A decisions replayed from each A/A cell's recorded pairs: 0 alarms in 1000 bounds
 #: the rate under 0.4 % (Wilson, 95 %).
 REPLAY_TRIALS = 1000
@@ -407,11 +409,36 @@ class Bench:
 
     def solo(self, kind: str, level: float, seconds: float) -> None:
         """One more solo (sequential) comparison of ``seconds`` at the sized amount, once
-        per kind and level: pairs for the true size beside the sizing probes'."""
-        if any(e["case"] == "truth" and e["kind"] == kind and e["level"] == level
-               and _prompt(e) == self.prompts for e in self.entries):
-            return
+        per kind and level: pairs for the true size beside the sizing probes'.
+
+        A constructed kind whose solo size settles away from the level (its interval
+        excludes it) is sized once more from what the wait cost solo
+        (benchmarks/ab_solo_sizing.py) and measured solo again at the new amount, which
+        the decisions then use."""
         amount = self.size(kind, level)
+        self._truth(kind, level, amount, seconds)
+        if kind not in CONSTRUCTED or self._sized_times(kind, level) > 1:
+            return  # sized again once at most: the second solo run is the truth either way
+        cell = Cell(kind, level, SEQUENTIAL, self.prompts)
+        resized = resized_wait(amount, level, list(_solo_pairs(self.entries, cell, amount)))
+        if resized is None or resized == amount:
+            return
+        print(f"solo {kind} at {level:.0%}: the {amount} µs wait missed the level solo; "
+              f"measuring {resized} µs instead", flush=True)
+        self._append({"case": "sized", "kind": kind, "level": level, "amount": resized,
+                      "resized_from": amount, "prompts": self.prompts})
+        self._truth(kind, level, resized, seconds)
+
+    def _sized_times(self, kind: str, level: float) -> int:
+        return sum(1 for e in self.entries if e["case"] == "sized" and e["kind"] == kind
+                   and e["level"] == level and _prompt(e) == self.prompts)
+
+    def _truth(self, kind: str, level: float, amount: int, seconds: float) -> None:
+        """The solo comparison of ``seconds`` at ``amount``, unless the log has it."""
+        if any(e["case"] == "truth" and e["kind"] == kind and e["level"] == level
+               and e["amount"] == amount and _prompt(e) == self.prompts
+               for e in self.entries):
+            return
         metric = SLOWDOWN_BY_NAME[kind].moves
         # A rule that never decides: the comparison runs its whole budget.
         rule, self.rule = self.rule, replace(self.rule, min_pairs=10**6)
@@ -482,22 +509,8 @@ def _solo_pairs(entries: list[dict[str, Any]], cell: Cell,
             yield from (tuple(p) for p in entry["pairs"].get(cell.metric, []))
 
 
-def _median_interval(values: list[float]) -> tuple[float, float, float] | None:
-    """The median of ``values`` and its distribution-free 95 % interval (the order
-    statistics a binomial(n, 1/2) count puts around the middle); None under
-    ``MIN_INTERVAL_PAIRS`` values."""
-    if len(values) < MIN_INTERVAL_PAIRS:
-        return None
-    ordered = sorted(values)
-    n = len(ordered)
-    half_width = 1.96 * math.sqrt(n) / 2.0
-    low = max(0, math.floor(n / 2.0 - half_width))
-    high = min(n - 1, math.ceil(n / 2.0 + half_width) - 1)
-    return statistics.median(ordered), ordered[low], ordered[high]
-
-
 def _interval_text(values: list[float]) -> str:
-    found = _median_interval(values)
+    found = median_interval(values)
     if found is None:
         return "—"
     middle, low, high = found
@@ -522,7 +535,7 @@ def _extra_token_us(pairs: Iterable[tuple[float, float]]) -> list[float]:
 
 
 def _us_text(values: list[float]) -> str:
-    found = _median_interval(values)
+    found = median_interval(values)
     if found is None:
         return "too few pairs"
     middle, low, high = found
