@@ -1,8 +1,8 @@
 """A decode wait sized again from what it cost solo, where the construction missed.
 
 The benchmark sizes a decode wait by construction: a wait of w µs a token should slow a
-decode of b tokens/s by exactly w·b / (1 + w·b). On two of five VMs (2026-12-07) it did
-not: solo, 50 µs cost 111 µs a token, and 97 µs cost 146. Decisions measured at such a
+decode of b tokens/s by exactly w·b / (1 + w·b). On three of six VMs (2026-12-07) it
+did not: solo, 50 µs cost 111 µs a token, 97 µs cost 146, 89 µs cost 115. Decisions at such a
 wait land at a larger true size than the level they are filed under, so the level's cell
 says nothing about that level. Where the solo measurement settles it (its interval of
 the size excludes the level), this module gives the wait that the measured cost per µs
