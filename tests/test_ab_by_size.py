@@ -4,29 +4,18 @@ token, so two decisions of one level can land in different bands."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from benchmark_modules import load_benchmark
 
 from harness.builds.slowed import slowdown_of_wait
-
-BY_SIZE_PATH = Path(__file__).parents[1] / "benchmarks" / "ab_by_size.py"
 
 
 @pytest.fixture(scope="module")
 def by_size() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("ab_by_size", BY_SIZE_PATH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    # Its sibling modules import as the benchmark scripts do: from benchmarks/ on the path.
-    with pytest.MonkeyPatch.context() as patch:
-        patch.syspath_prepend(str(BY_SIZE_PATH.parent))
-        spec.loader.exec_module(module)
-    return module
+    return load_benchmark("ab_by_size")
 
 
 def _decision(amount: int, baseline_tps: float, verdict: str,

@@ -4,26 +4,19 @@ level, and then to the wait the measured cost per µs says makes the level."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import ModuleType
 
 import pytest
+from benchmark_modules import load_benchmark
 
 from harness.builds.slowed import slowdown_of_wait, wait_for_slowdown
 
-SIZING_PATH = Path(__file__).parents[1] / "benchmarks" / "ab_solo_sizing.py"
 SPEED = 600.0  # tokens/s of the baseline: 1667 µs a token
 
 
 @pytest.fixture(scope="module")
 def sizing() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("ab_solo_sizing", SIZING_PATH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("ab_solo_sizing")
 
 
 def pairs_costing(extra_us: float, spread_us: float = 2.0,
