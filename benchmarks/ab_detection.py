@@ -34,7 +34,7 @@ and each level (a fraction: 0.10 is 10 % worse on the metric the kind moves):
    measurement beside it checks the construction. The decode wait is sized by that
    construction from the baseline's speed, without probes (a 40 s probe's own spread,
    ±4 % here, would move a 3 % size more than it corrects it). Where ``--truth-s``'s
-   solo run settles the size away from the level (on three of six VMs a wait cost more
+   solo run settles the size away from the level (on four of seven VMs a wait cost more
    than its length), the wait is sized once more from its solo cost per µs
    (benchmarks/ab_solo_sizing.py) and measured solo again; the decisions use that wait.
 
